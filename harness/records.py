@@ -1,0 +1,126 @@
+"""Run records: ``predictions.jsonl`` appended as the run goes, ``latency.jsonl`` for the batch-1 sample,
+``summary.json`` at the end, and ``run.json`` holding the key that makes a folder resumable.
+
+Resuming: a record is written (and flushed to disk) once its example is fully scored, so a killed run leaves
+complete lines plus at most one torn last line, which is dropped on the next start. Records already present are
+not redone, and the summary is always computed from the records of the selected examples, so a resumed run and
+an uninterrupted one give the same summary.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from harness.metrics import corpus_cr
+
+PREDICTIONS, LATENCY, SUMMARY, RUN = "predictions.jsonl", "latency.jsonl", "summary.json", "run.json"
+
+
+class RunFolderMismatch(RuntimeError):
+    """The folder holds records of a different configuration."""
+
+
+def config_key(config: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """Complete JSON lines of a file; a torn last line (from a kill) is cut off the file."""
+    if not path.is_file():
+        return []
+    rows, good_bytes = [], 0
+    with path.open("rb") as f:
+        for raw in f:
+            try:
+                rows.append(json.loads(raw))
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                break
+            good_bytes += len(raw)
+    if good_bytes != path.stat().st_size:
+        with path.open("r+b") as f:
+            f.truncate(good_bytes)
+    return rows
+
+
+class RunRecords:
+    """The record files of one run folder."""
+
+    def __init__(self, folder: str | Path, key: str, key_config: dict[str, Any]) -> None:
+        self.folder = Path(folder)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        run_file = self.folder / RUN
+        if run_file.is_file():
+            old = json.loads(run_file.read_text())
+            if old.get("key") != key:
+                raise RunFolderMismatch(
+                    f"{self.folder} holds records of another configuration (key {old.get('key')} != {key}); "
+                    "use another run folder (hydra.run.dir=...) or delete it"
+                )
+        else:
+            run_file.write_text(json.dumps({"key": key, "config": key_config}, indent=1, default=str))
+        self.predictions = {r["id"]: r for r in _read_jsonl(self.folder / PREDICTIONS)}
+        self.latency = {r["id"]: r for r in _read_jsonl(self.folder / LATENCY)}
+
+    def _append(self, name: str, rows: Iterable[dict[str, Any]]) -> None:
+        with (self.folder / name).open("a", encoding="utf-8") as f:
+            for r in rows:
+                f.write(json.dumps(r, ensure_ascii=False) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    def add_predictions(self, rows: Sequence[dict[str, Any]]) -> None:
+        self._append(PREDICTIONS, rows)
+        self.predictions.update((r["id"], r) for r in rows)
+
+    def add_latency(self, rows: Sequence[dict[str, Any]]) -> None:
+        self._append(LATENCY, rows)
+        self.latency.update((r["id"], r) for r in rows)
+
+    def write_summary(self, summary: dict[str, Any]) -> Path:
+        path = self.folder / SUMMARY
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(summary, indent=1, ensure_ascii=False, default=str))
+        tmp.replace(path)
+        return path
+
+
+def _mean(xs: Sequence[float]) -> float | None:
+    return sum(xs) / len(xs) if xs else None
+
+
+def summarize(predictions: Sequence[dict[str, Any]], latency: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
+    """The metric part of ``summary.json``, recomputable by a reader from the record files alone.
+
+    ``subem``/``em``/``f1`` are percentages. Latency figures come from the batch-1 sample when there is one
+    (``latency_protocol: batch1``), otherwise from the accuracy pass, amortised over its batches
+    (``latency_protocol: batched``); the accuracy pass's own means are always under ``batched``.
+    """
+    n = len(predictions)
+    out: dict[str, Any] = {"n": n}
+    for m in ("subem", "em", "f1"):
+        out[m] = None if n == 0 else 100.0 * sum(r[m] for r in predictions) / n
+    out["cr"], out["cr_mean"] = corpus_cr(
+        [r["original_tokens"] for r in predictions], [r["compressed_tokens"] for r in predictions]
+    )
+    out["original_tokens"] = _mean([r["original_tokens"] for r in predictions])
+    out["compressed_tokens"] = _mean([r["compressed_tokens"] for r in predictions])
+    batched = {
+        "compress_s": _mean([r["compress_s"] for r in predictions]),
+        "generate_s": _mean([r["generate_s"] for r in predictions]),
+    }
+    out["batched"] = batched
+    source = latency if latency else predictions
+    out["latency_protocol"] = "batch1" if latency else "batched"
+    out["latency_n"] = len(source)
+    out["compress_s"] = _mean([r["compress_s"] for r in source])
+    out["generate_s"] = _mean([r["generate_s"] for r in source])
+    out["online_latency_s"] = out["generate_s"]
+    out["total_latency_s"] = (
+        None if out["compress_s"] is None else out["compress_s"] + out["generate_s"]
+    )
+    return out

