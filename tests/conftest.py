@@ -1,0 +1,49 @@
+"""Shared fixtures: the real embedded generator (loaded once per test session) and small data slices."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+REPO = Path(__file__).resolve().parent.parent
+DATA = Path(os.environ.get("RAG_HARNESS_DATA", REPO.parent / "shared" / "data"))
+LM = "embedded:smollm2-135m-instruct"
+ENCODER = "embedded:all-minilm-l6-v2"
+
+
+@pytest.fixture(scope="session")
+def generator():
+    """SmolLM2-135M-Instruct on transformers, the embedded default generator (shared by all tests)."""
+    from harness.generators.transformers_backend import TransformersGenerator
+
+    return TransformersGenerator(LM, "smollm2-135m-instruct", batch_size=8)
+
+
+@pytest.fixture(scope="session")
+def env(generator):
+    from harness.protocols import MethodEnv
+
+    return MethodEnv(count_tokens=generator.count_tokens, generator=generator)
+
+
+def load_slice(name: str, n: int, split: str = "test", top_k: int = 5):
+    from harness.data import DatasetSpec, load_dataset
+
+    rank = "bm25" if name == "hotpotqa" else "none"
+    return load_dataset(DatasetSpec(name, str(DATA / name / f"{split}.jsonl.gz"), top_k, rank, n))
+
+
+@pytest.fixture(scope="session")
+def nq5():
+    return load_slice("nq", 5)
+
+
+@pytest.fixture(scope="session")
+def hotpot3():
+    return load_slice("hotpotqa", 3)
