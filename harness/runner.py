@@ -26,10 +26,15 @@ log = logging.getLogger(__name__)
 EXECUTION_KEYS = ("limit", "batch_size", "latency", "progress", "results_dir")
 
 
-def get_generator(cfg: DictConfig) -> Generator:
-    """The shared generator for this config, built once per process (a multirun reuses it)."""
-    gcfg = OmegaConf.to_container(cfg, resolve=True)
-    return resources.shared(("generator", json.dumps(gcfg, sort_keys=True)), lambda: instantiate(cfg))
+def get_generator(cfg: DictConfig) -> tuple[Generator, bool]:
+    """The shared generator for this config, built once per process (a multirun reuses it).
+
+    Returns the generator and whether this call loaded it."""
+    key = ("generator", json.dumps(OmegaConf.to_container(cfg, resolve=True), sort_keys=True))
+    fresh = key not in resources.loaded()
+    if fresh:
+        log.info("loading generator %s (%s)", cfg.name, cfg._target_)
+    return resources.shared(key, lambda: instantiate(cfg)), fresh
 
 
 def build_method(method_cfg: DictConfig) -> Compressor:
@@ -103,7 +108,7 @@ def run(cfg: DictConfig, out_dir: str | Path) -> dict[str, Any]:
     records = RunRecords(out_dir, config_key(key_cfg), key_cfg)
 
     t_load = time.perf_counter()
-    generator = get_generator(cfg.generator)
+    generator, generator_loaded = get_generator(cfg.generator)
     compressor = build_method(cfg.method)
     compressor.bind(MethodEnv(count_tokens=generator.count_tokens, generator=generator))
     load_s = time.perf_counter() - t_load
@@ -143,6 +148,7 @@ def run(cfg: DictConfig, out_dir: str | Path) -> dict[str, Any]:
             "wall_s": wall_s,
             "model_s": model_s,
             "load_s": load_s,
+            "generator_loaded_here": generator_loaded,
             "examples_computed": len(todo),
             "overhead": wall_s / model_s if model_s > 0 else None,
             "batch_size": int(cfg.batch_size),

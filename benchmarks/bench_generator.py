@@ -1,0 +1,71 @@
+"""Prints generation throughput batched vs batch 1, and harness overhead, on the embedded generator.
+
+    .venv/bin/python -m benchmarks.bench_generator [--n 16] [--batch 8] [--dataset nq]
+
+Throughput: the same N prompts (full top-5 context, the shared prompt) generated one at a time and in batches;
+the ratio is batched / batch-1 examples per second. Overhead: one harness run of `bm25` over N examples; the
+ratio is the run's wall time (model loading excluded) / the seconds spent inside compression and generation.
+Figures from one invocation are comparable with each other; absolute numbers depend on the machine's load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=16)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--dataset", default="nq")
+    args = ap.parse_args()
+
+    from hydra import compose, initialize_config_dir
+
+    from harness.config import register_resolvers
+    from harness.data import DatasetSpec, load_dataset
+    from harness.prompt import build_messages
+    from harness.provenance import REPO_ROOT, hardware
+    from harness.runner import get_generator, run
+
+    register_resolvers()
+    with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=[f"dataset={args.dataset}", "method=bm25", f"limit={args.n}",
+                                           f"batch_size={args.batch}", f"generator.batch_size={args.batch}",
+                                           "progress=false"])
+    gen, _ = get_generator(cfg.generator)
+    d = cfg.dataset
+    exs = load_dataset(DatasetSpec(d.name, d.path, int(d.top_k), d.rank, args.n))
+    prompts = [build_messages(e.question, [p.render() for p in e.passages]) for e in exs]
+    gen.generate(prompts[:2])  # warm-up
+
+    t0 = time.perf_counter()
+    one = [gen.generate([p])[0] for p in prompts]
+    t_one = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    many = gen.generate(prompts)
+    t_many = time.perf_counter() - t0
+    same = sum(a.answer == b.answer for a, b in zip(one, many, strict=True))
+    toks = sum(g.completion_tokens for g in many)
+
+    print(f"hardware: {hardware()}")
+    print(f"generation, {args.n} prompts of {args.dataset} with full top-5 context:")
+    print(f"  batch 1 : {t_one:7.2f} s  {args.n / t_one:6.2f} ex/s  {sum(g.completion_tokens for g in one) / t_one:7.1f} "
+          "new tok/s")
+    print(f"  batch {args.batch:<2}: {t_many:7.2f} s  {args.n / t_many:6.2f} ex/s  {toks / t_many:7.1f} new tok/s")
+    print(f"  batched / batch-1 throughput: {t_one / t_many:.2f}x  (identical answers: {same}/{args.n})")
+
+    with tempfile.TemporaryDirectory() as tmp:
+        s = run(cfg, tmp)
+    r = s["run"]
+    print(f"harness run (bm25, {args.n} examples, batch {args.batch}): wall {r['wall_s']:.2f} s, "
+          f"model {r['model_s']:.2f} s, overhead {r['overhead']:.3f}")
+
+
+if __name__ == "__main__":
+    main()
