@@ -123,4 +123,17 @@ def summarize(predictions: Sequence[dict[str, Any]], latency: Sequence[dict[str,
     out["total_latency_s"] = (
         None if out["compress_s"] is None else out["compress_s"] + out["generate_s"]
     )
+    out["diagnostics"] = aggregate_diagnostics(predictions)
     return out
+
+
+def aggregate_diagnostics(predictions: Sequence[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Means of the numbers a method reports per example under ``meta["diagnostics"]`` (e.g. CompSelect's
+    cascading-error flags, EDC2's LLM calls). An example that reports ``None`` for a key is left out of that
+    key's mean, so a subset metric (e.g. only where the passages hold an answer) averages over its subset."""
+    sums: dict[str, list[float]] = {}
+    for r in predictions:
+        for k, v in ((r.get("meta") or {}).get("diagnostics") or {}).items():
+            if isinstance(v, bool | int | float) and v is not None:
+                sums.setdefault(k, []).append(float(v))
+    return {k: {"mean": sum(v) / len(v), "n": len(v)} for k, v in sorted(sums.items())}
