@@ -55,8 +55,8 @@ def main() -> None:
 
     print(f"hardware: {hardware()}")
     print(f"generation, {args.n} prompts of {args.dataset} with full top-5 context:")
-    print(f"  batch 1 : {t_one:7.2f} s  {args.n / t_one:6.2f} ex/s  {sum(g.completion_tokens for g in one) / t_one:7.1f} "
-          "new tok/s")
+    toks_one = sum(g.completion_tokens for g in one)
+    print(f"  batch 1 : {t_one:7.2f} s  {args.n / t_one:6.2f} ex/s  {toks_one / t_one:7.1f} new tok/s")
     print(f"  batch {args.batch:<2}: {t_many:7.2f} s  {args.n / t_many:6.2f} ex/s  {toks / t_many:7.1f} new tok/s")
     print(f"  batched / batch-1 throughput: {t_one / t_many:.2f}x  (identical answers: {same}/{args.n})")
 

@@ -16,7 +16,7 @@ import importlib.metadata as md
 import json
 import os
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 EMBEDDED_PREFIX = "embedded:"
@@ -116,7 +116,7 @@ def _minilm() -> ResolvedModel:
 _EMBEDDED = {"smollm2-135m-instruct": _smollm2, "all-minilm-l6-v2": _minilm}
 
 
-@lru_cache(maxsize=None)
+@cache
 def resolve(ref: str) -> ResolvedModel:
     """Resolve a model reference; embedded names are checked, anything else is passed to the hub loader."""
     if ref.startswith(EMBEDDED_PREFIX):

@@ -242,7 +242,7 @@ def format_report(report: Report, show: int = 10) -> str:
         )
         cr = f"{_fmt(c.cr[0])}->{_fmt(c.cr[1])}".rjust(15)
         verdict = "FAIL" if c.failed else ("MISSING" if c.missing else ("changed" if c.changed else "ok"))
-        nchg = str(len(c.changed)) if c in report.cells else ""
+        nchg = str(len(c.changed)) if any(c is x for x in report.cells) else ""
         lines.append(f"{c.name:38} {c.n:>3}  {cols}  {cr} {nchg:>7}  {verdict}")
     for c in [*report.cells, *report.pooled]:
         for t in c.tests:
@@ -266,7 +266,12 @@ def format_report(report: Report, show: int = 10) -> str:
             f"\n{c.name}: {len(c.changed)} of {c.n} examples changed ({worse} worse, {better} better, "
             f"{c.context_changes} with a different context)"
         )
-        for x in c.changed[:show]:
+
+        def order(x: dict) -> int:  # worse first, then better, then changes that kept the scores
+            d = (x["subem"][1] - x["subem"][0]) + (x["f1"][1] - x["f1"][0])
+            return 0 if d < 0 else (1 if d > 0 else 2)
+
+        for x in sorted(c.changed, key=order)[:show]:
             lines.append(f"  - {x['id']}: {x['question']!r} gold={x['answers'][:3]!r}")
             lines.append(
                 f"      was: {x['was']!r}  (SubEM {x['subem'][0]:.0f}, EM {x['em'][0]:.0f}, "
@@ -304,6 +309,8 @@ def run_grid(grid: dict[str, Any], out: Path) -> tuple[dict[str, list[dict]], di
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    # idle OpenMP threads sleep instead of spinning (read when torch first loads; no effect if it is loaded)
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     from hydra import compose, initialize_config_dir
 
     from harness.config import register_resolvers
@@ -335,7 +342,9 @@ def run_grid(grid: dict[str, Any], out: Path) -> tuple[dict[str, list[dict]], di
                 summaries[name] = {
                     **cell_summary(records[name]),
                     "wall_s": round(time.perf_counter() - t0, 2),
-                    "generator_model": s["generator_info"].get("model"),
+                    "generator_model": {
+                        k: v for k, v in (s["generator_info"].get("model") or {}).items() if k != "path"
+                    },  # the local cache path is no provenance
                     "method_info": s["method_info"],
                     "git": s["git"],
                 }

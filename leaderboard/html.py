@@ -1,0 +1,205 @@
+"""One static, self-contained HTML page: inline CSS and JavaScript, plots embedded as base64 PNG, no network.
+
+The runs table sorts on a click on any header (numbers numerically, empty cells last) and is filtered by
+dataset, generator and profile (the filters also hide the plots of other generators and profiles). Every
+row links to its provenance entry further down the page (run folder, commit, config key, models, packages).
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from leaderboard.tables import DAGGER, fmt, label
+
+CSS = """
+body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:1.5rem auto;max-width:1500px;
+padding:0 1rem;color:#1b1f24}
+h1{font-size:1.5rem}h2{font-size:1.2rem;margin-top:2rem;border-bottom:1px solid #ddd}
+table{border-collapse:collapse;margin:.5rem 0;font-size:13px}
+th,td{border:1px solid #d6d9de;padding:3px 7px;text-align:right;white-space:nowrap}
+th{background:#f2f4f7;position:sticky;top:0}
+td:first-child,th:first-child,#runs td:nth-child(-n+4),#runs th:nth-child(-n+4){text-align:left}
+#runs th{cursor:pointer;user-select:none}
+#runs th[aria-sort=ascending]::after{content:" \\25B2"}
+#runs th[aria-sort=descending]::after{content:" \\25BC"}
+tr.oracle td{color:#6b6f76;font-style:italic}
+.ns{color:#9a6700}.best{font-weight:700}
+.filters{display:flex;gap:1rem;align-items:center;flex-wrap:wrap;background:#f6f8fa;padding:.5rem .8rem;
+border-radius:6px}
+figure{margin:1rem 0}figure img{max-width:100%;border:1px solid #eee}
+.prov{border:1px solid #e3e6ea;border-radius:6px;padding:.4rem .8rem;margin:.5rem 0}
+.prov:target{outline:3px solid #f0b400}
+.prov dt{font-weight:600;float:left;clear:left;width:11rem}.prov dd{margin-left:11.5rem;word-break:break-all}
+.note{color:#555;font-size:12.5px}.wide{overflow-x:auto}
+"""
+
+JS = """
+const table=document.getElementById('runs');
+function val(td){const v=td.dataset.v!==undefined?td.dataset.v:td.textContent.trim();
+  if(v===''||v==='-')return null;const n=Number(v);return isNaN(n)?v.toLowerCase():n;}
+function sortBy(th){const i=[...th.parentNode.children].indexOf(th);
+  const asc=th.getAttribute('aria-sort')!=='ascending';
+  table.querySelectorAll('th').forEach(h=>h.removeAttribute('aria-sort'));
+  th.setAttribute('aria-sort',asc?'ascending':'descending');
+  const body=table.tBodies[0];const rows=[...body.rows];
+  rows.sort((a,b)=>{const x=val(a.cells[i]),y=val(b.cells[i]);
+    if(x===null&&y===null)return 0;if(x===null)return 1;if(y===null)return -1;
+    const c=(typeof x==='number'&&typeof y==='number')?x-y:String(x).localeCompare(String(y));
+    return asc?c:-c;});
+  rows.forEach(r=>body.appendChild(r));}
+table.querySelectorAll('th').forEach(th=>th.addEventListener('click',()=>sortBy(th)));
+const keys=['dataset','generator','profile'];
+function applyFilters(){const f={};keys.forEach(k=>f[k]=document.getElementById('f-'+k).value);
+  let shown=0;for(const r of table.tBodies[0].rows){
+    const ok=keys.every(k=>!f[k]||r.dataset[k]===f[k]);r.hidden=!ok;if(ok)shown++;}
+  document.getElementById('shown').textContent=shown;
+  document.querySelectorAll('[data-group]').forEach(e=>{
+    e.hidden=!(['generator','profile'].every(k=>!f[k]||e.dataset[k]===f[k]));});}
+keys.forEach(k=>document.getElementById('f-'+k).addEventListener('change',applyFilters));
+applyFilters();
+"""
+
+COLUMNS = [  # (header, row -> (text, sort value or None), title)
+    ("Profile", lambda r: (r.profile, None), ""),
+    ("Generator", lambda r: (r.generator, None), ""),
+    ("Dataset", lambda r: (label(r.dataset), None), ""),
+    ("Method", lambda r: (r.variant + (" (oracle)" if r.oracle else ""), None), ""),
+    ("n", lambda r: (fmt(r.n, "{:.0f}"), r.n), "examples"),
+    ("SubEM", lambda r: (fmt(r.subem), r.subem), "%"),
+    (
+        "SubEM 95% CI",
+        lambda r: (f"[{fmt(r.subem_lo, '{:.1f}')}, {fmt(r.subem_hi, '{:.1f}')}]", r.subem_lo),
+        "percentile bootstrap, 1000 resamples",
+    ),
+    ("EM", lambda r: (fmt(r.em), r.em), "%"),
+    ("F1", lambda r: (fmt(r.f1), r.f1), "token F1, %"),
+    ("F1 95% CI", lambda r: (f"[{fmt(r.f1_lo, '{:.1f}')}, {fmt(r.f1_hi, '{:.1f}')}]", r.f1_lo), ""),
+    ("CR", lambda r: (fmt(r.cr, "{:.2f}×"), r.cr), "ratio of sums"),
+    ("ΔSubEM vs full", lambda r: (_delta(r), r.d_subem), "paired bootstrap; † not significant"),
+    ("p", lambda r: (fmt(r.p_subem, "{:.3f}"), r.p_subem), "two-sided, paired bootstrap"),
+    ("compress s", lambda r: (fmt(r.compress_s, "{:.3f}"), r.compress_s), "per example"),
+    ("online s", lambda r: (fmt(r.online_s, "{:.3f}"), r.online_s), "generation per example"),
+    ("total s", lambda r: (fmt(r.total_s, "{:.3f}"), r.total_s), ""),
+    (
+        "break-even",
+        lambda r: (fmt(r.break_even), r.break_even),
+        "compression s / generation s saved vs full; < 1 pays off",
+    ),
+    ("commit", lambda r: ((r.commit or "")[:10] + ("+dirty" if r.dirty else ""), None), ""),
+]
+
+
+def _delta(r) -> str:
+    if r.d_subem is None or pd.isna(r.d_subem):
+        return "-"
+    return f"{r.d_subem:+.2f}" + ("" if r.sig_subem else DAGGER)
+
+
+def _e(x) -> str:
+    return html.escape("" if x is None else str(x))
+
+
+def _text(v) -> str:
+    """A provenance value; missing ones print as '-' so that every <dd> keeps its line."""
+    return "-" if v is None or (isinstance(v, float) and pd.isna(v)) or v == "" else str(v)
+
+
+def _img(path: Path) -> str:
+    return "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode()
+
+
+def _table_html(df: pd.DataFrame) -> str:
+    head = "".join(f"<th>{_e(c)}</th>" for c in df.columns)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{_e(v)}</td>" for v in row) + "</tr>" for row in df.astype(str).values
+    )
+    return f'<div class="wide"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
+
+
+def _options(values) -> str:
+    return '<option value="">all</option>' + "".join(
+        f'<option value="{_e(v)}">{_e(v)}</option>' for v in sorted(set(values))
+    )
+
+
+def _prov(i: int, r) -> str:
+    items = [
+        ("run folder", r.folder),
+        ("path under results", r.relpath),
+        ("git commit", r.commit),
+        ("dirty tree", r.dirty),
+        ("config key", r.config_key),
+        ("generator model", r.generator_model),
+        ("generator backend", r.generator_backend),
+        ("method models", r.method_models),
+        ("method info", r.method_info),
+        ("finished at", r.finished_at),
+        ("runs of this key", r.runs_seen),
+        ("summary = records", r.recomputed),
+        ("hardware", r.hardware),
+        ("packages", r.packages),
+    ]
+    dl = "".join(f"<dt>{_e(k)}</dt><dd>{_e(_text(v))}</dd>" for k, v in items)
+    return (
+        f'<div class="prov" id="prov-{i}"><strong>{_e(r.variant)} · {_e(label(r.dataset))} · '
+        f"{_e(r.generator)} · {_e(r.profile)}</strong><dl>{dl}</dl></div>"
+    )
+
+
+def page(
+    rows: pd.DataFrame,
+    plots: list[tuple[str, str, Path]],
+    sections: list[tuple[str, str]],
+    title: str,
+    note: str,
+) -> str:
+    """``rows``: the collected table with uncertainty and latency columns; ``plots``: (profile, generator,
+    png); ``sections``: (heading, html) blocks appended after the plots (comparisons, the papers' tables)."""
+    trs = []
+    for i, r in enumerate(rows.itertuples()):
+        tds = []
+        for head, get, _ in COLUMNS:
+            text, v = get(r)
+            cls = ' class="ns"' if head == "ΔSubEM vs full" and text.endswith(DAGGER) else ""
+            sv = "" if v is None or (isinstance(v, float) and pd.isna(v)) else f' data-v="{_e(v)}"'
+            tds.append(f"<td{cls}{sv}>{_e(text)}</td>")
+        tds.append(f'<td><a href="#prov-{i}">provenance</a></td>')
+        attrs = " ".join(f'data-{k}="{_e(getattr(r, k))}"' for k in ("dataset", "generator", "profile"))
+        trs.append(f"<tr {attrs}{' class=oracle' if r.oracle else ''}>{''.join(tds)}</tr>")
+    heads = "".join(f'<th title="{_e(t)}">{_e(h)}</th>' for h, _, t in COLUMNS) + "<th>run</th>"
+    filters = "".join(
+        f'<label>{k} <select id="f-{k}">{_options(rows[k])}</select></label>'
+        for k in ("dataset", "generator", "profile")
+    )
+    figs = "".join(
+        f'<figure data-group data-profile="{_e(p)}" data-generator="{_e(g)}"><img alt="{_e(f.stem)}" '
+        f'src="{_img(f)}"><figcaption>{_e(f.stem)}</figcaption></figure>'
+        for p, g, f in plots
+    )
+    extra = "".join(f"<h2>{_e(h)}</h2>{body}" for h, body in sections)
+    provs = "".join(_prov(i, r) for i, r in enumerate(rows.itertuples()))
+    meta = json.dumps({"rows": len(rows)})
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>{_e(title)}</title>
+<meta name="viewport" content="width=device-width,initial-scale=1"><style>{CSS}</style></head>
+<body data-meta='{_e(meta)}'>
+<h1>{_e(title)}</h1><p class="note">{_e(note)}</p>
+<div class="filters">{filters}<span><span id="shown">{len(rows)}</span> of {len(rows)} runs shown</span></div>
+<div class="wide"><table id="runs"><thead><tr>{heads}</tr></thead><tbody>{"".join(trs)}</tbody></table></div>
+<p class="note">{DAGGER}: not significantly different from <code>full</code> (paired bootstrap over the same
+examples, 95%). Oracle rows read the gold answers. Click a header to sort.</p>
+<h2>Plots</h2>{figs}
+{extra}
+<h2>Provenance</h2>{provs}
+<script>{JS}</script>
+</body></html>
+"""
+
+
+def frame_html(df: pd.DataFrame) -> str:
+    return _table_html(df)

@@ -1,0 +1,225 @@
+"""``publish(results, out)``: collect runs, add uncertainty, write Markdown, CSV, LaTeX, plots, an HTML page.
+
+Files written under ``out``:
+- ``leaderboard.md``: per (profile, generator): CompSelect's Table 2 layout, the 95% intervals and paired
+  tests against ``full``, latency and break-even, our rows beside the paper's (difference, setting-tagged);
+  then the papers' numbers of every other setting, each in its own table.
+- ``runs.csv`` (every collected column), ``table2_<profile>_<generator>.csv`` / ``.tex``, ``latency.csv``,
+  ``comparison_<profile>_<generator>.csv``, ``reference.csv`` (a copy of the papers' numbers).
+- ``subem_vs_cr_<profile>_<generator>.png``, ``latency_<profile>_<generator>.png``.
+- ``index.html``: one self-contained page.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import pandas as pd
+
+from leaderboard import html, plots, reference, stats, tables
+from leaderboard.collect import collect
+from leaderboard.tables import fmt, label
+
+
+def _slug(*parts: str) -> str:
+    return "_".join(re.sub(r"[^A-Za-z0-9.-]+", "-", p) for p in parts)
+
+
+def _comparison_md(cmp: pd.DataFrame, ds: list[str]) -> tuple[list[str], list[list[str]]]:
+    head = ["Paper method", "Ours"] + [
+        f"{label(d)} {tables.METRIC_LABELS[m]} ours / paper (Δ)" for d in ds for m in reference.COMPARED
+    ]
+    rows = []
+    for r in cmp.to_dict("records"):
+        missing = "— (not run)" if reference.method_map().get(r["paper_method"]) else "— (no adapter)"
+        cells = [r["paper_method"], missing if pd.isna(r["variant"]) else r["variant"]]
+        for d in ds:
+            for m in reference.COMPARED:
+                o, p, dd = r.get(f"{d}_{m}_ours"), r.get(f"{d}_{m}_paper"), r.get(f"{d}_{m}_diff")
+                cells.append(
+                    f"{fmt(o)} / {fmt(p)} ({fmt(dd, '{:+.2f}')})" if fmt(p) != "-" else f"{fmt(o)} / -"
+                )
+        rows.append(cells)
+    return head, rows
+
+
+def _ci(r, m: str) -> str:
+    lo, hi = fmt(getattr(r, f"{m}_lo"), "{:.1f}"), fmt(getattr(r, f"{m}_hi"), "{:.1f}")
+    return f"{fmt(getattr(r, m))} [{lo}, {hi}]"
+
+
+def _delta(r, m: str) -> str:
+    v = getattr(r, f"d_{m}")
+    if v is None or pd.isna(v):
+        return "-"
+    mark = "" if getattr(r, f"sig_{m}") else f" {tables.DAGGER}"
+    lo, hi, p = getattr(r, f"d_{m}_lo"), getattr(r, f"d_{m}_hi"), getattr(r, f"p_{m}")
+    return f"{v:+.2f} [{lo:+.1f}, {hi:+.1f}], p={p:.3f}{mark}"
+
+
+def _uncertainty_md(u: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+    head = [
+        "Method",
+        "Dataset",
+        "n",
+        "SubEM [95% CI]",
+        "EM [95% CI]",
+        "F1 [95% CI]",
+        "ΔSubEM vs full [95% CI], p",
+        "ΔF1 vs full [95% CI], p",
+    ]
+    rows = [
+        [
+            r.variant,
+            label(r.dataset),
+            fmt(r.n, "{:.0f}"),
+            _ci(r, "subem"),
+            _ci(r, "em"),
+            _ci(r, "f1"),
+            _delta(r, "subem"),
+            _delta(r, "f1"),
+        ]
+        for r in u.itertuples()
+    ]
+    return head, rows
+
+
+def _latency_md(lat: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+    head = [
+        "Method",
+        "Dataset",
+        "protocol (n)",
+        "compression s",
+        "online s",
+        "total s",
+        "generation saved s",
+        "break-even",
+        "pays off",
+        "total vs full s",
+    ]
+    rows = [
+        [
+            r.variant,
+            label(r.dataset),
+            f"{r.protocol} ({fmt(r.latency_n, '{:.0f}')})",
+            fmt(r.compress_s, "{:.4f}"),
+            fmt(r.online_s, "{:.3f}"),
+            fmt(r.total_s, "{:.3f}"),
+            fmt(r.generation_saved_s, "{:+.3f}"),
+            fmt(r.break_even, "{:.3f}"),
+            "-" if r.pays_off is None or pd.isna(r.pays_off) else ("yes" if r.pays_off else "no"),
+            fmt(r.total_vs_full_s, "{:+.3f}"),
+        ]
+        for r in lat.itertuples()
+    ]
+    return head, rows
+
+
+def publish(
+    results: str | Path,
+    out: str | Path,
+    resamples: int = stats.RESAMPLES,
+    seed: int = stats.SEED,
+    baseline: str = "full",
+) -> list[Path]:
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    runs = collect(results)
+    if runs.empty:
+        raise SystemExit(f"no run folders (summary.json) under {results}")
+    runs = tables.ordered(stats.add_uncertainty(runs, baseline, resamples, seed))
+    lat = tables.latency(runs, baseline)
+    full = runs.merge(
+        lat.drop(columns=["protocol", "latency_n", "compress_s"]),
+        on=["profile", "generator", "dataset", "variant"],
+    )
+    ref = reference.load_reference()
+    written = [out / "runs.csv", out / "latency.csv", out / "reference.csv"]
+    full.to_csv(written[0], index=False)
+    lat.to_csv(written[1], index=False)
+    ref.drop(columns=["value_text"]).to_csv(written[2], index=False)
+
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    md = [
+        f"# Leaderboard\n\nGenerated {when} by `python -m leaderboard publish {results} {out}` from "
+        f"{len(runs)} runs (newest run of each method, dataset, generator and profile). SubEM, EM and F1 "
+        "in %, CR = original / compressed context tokens (ratio of sums, the generator's tokenizer). Best "
+        f"of each column in bold (oracle rows excluded); {tables.DAGGER} = not significantly different from "
+        f"`{baseline}` (paired bootstrap over the same examples, {resamples} resamples, 95%). "
+        "See `index.html` for the sortable page and every row's provenance.\n"
+    ]
+    plot_files, sections = [], []
+    for profile, gen in tables.groups(runs):
+        slug = _slug(profile, gen)
+        g = full[(full.profile == profile) & (full.generator == gen)]
+        t2 = tables.table2(full, profile, gen)
+        head, rows = tables.table2_rows(t2)
+        ns = sorted(set(g.n.dropna().astype(int)))
+        md.append(
+            f"## Profile `{profile}`, generator `{gen}`\n\n### Table 2 layout (n = {', '.join(map(str, ns))}"
+            f" per dataset)\n\n{tables.markdown(head, rows)}\n"
+        )
+        tables.table2_csv(t2).to_csv(out / f"table2_{slug}.csv", index=False)
+        caption = (
+            f"SubEM / F1 / CR, profile {profile}, generator {gen}; best in bold (oracles excluded); "
+            f"† not significantly different from {baseline} (paired bootstrap, 95%)."
+        )
+        (out / f"table2_{slug}.tex").write_text(tables.latex(t2, caption), encoding="utf-8")
+        written += [out / f"table2_{slug}.csv", out / f"table2_{slug}.tex"]
+        uh, ur = _uncertainty_md(tables.uncertainty(g))
+        md.append(f"### Uncertainty\n\n{tables.markdown(uh, ur)}\n")
+        lh, lr = _latency_md(lat[(lat.profile == profile) & (lat.generator == gen)])
+        md.append(
+            "### Latency and break-even\n\nSeconds per example; break-even = compression time / "
+            f"generation time saved against `{baseline}` (below 1 the compression pays for itself).\n\n"
+            f"{tables.markdown(lh, lr)}\n"
+        )
+        cmp = reference.comparison(full, ref, profile, gen)
+        if not cmp.empty:
+            paper_gen, same = reference.paper_generator(gen)
+            tag = (
+                "same generator"
+                if same
+                else f"DIFFERENT generator ({gen} vs {paper_gen}): the difference "
+                "measures the generator and data, not a reproduction gap"
+            )
+            ch, cr_ = _comparison_md(cmp, tables.datasets(g))
+            src = cmp.source.iloc[0]
+            md.append(
+                f"### Beside the paper: {src}, {paper_gen} (setting `compselect`; {tag})\n\n"
+                f"{tables.markdown(ch, cr_)}\n"
+            )
+            cmp.to_csv(out / f"comparison_{slug}.csv", index=False)
+            written.append(out / f"comparison_{slug}.csv")
+            sections.append(
+                (
+                    f"Beside the paper — {profile} / {gen}: {src}, {paper_gen} ({tag})",
+                    html.frame_html(pd.DataFrame(cr_, columns=ch)),
+                )
+            )
+        for kind, fn in (("subem_vs_cr", plots.subem_vs_cr), ("latency", plots.latency_bars)):
+            path = out / f"{kind}_{slug}.png"
+            fn(full if kind == "subem_vs_cr" else lat, profile, gen, path)
+            plot_files.append((profile, gen, path))
+            md.append(f"![{kind} {profile} {gen}]({path.name})\n")
+            written.append(path)
+
+    md.append(
+        "## The papers' numbers in their own settings\n\nEach table keeps one paper's setting "
+        "(papers.md section 0); none shares a column with our numbers or another setting's. "
+        "Source: `leaderboard/data/reference.csv`.\n"
+    )
+    for title, wide in reference.setting_tables(ref):
+        md.append(f"### {title}\n\n{tables.markdown(list(wide.columns), wide.values.tolist())}\n")
+        sections.append((title, html.frame_html(wide)))
+    (out / "leaderboard.md").write_text("\n".join(md), encoding="utf-8")
+    note = (
+        f"Generated {when} from {len(runs)} runs under {results}. SubEM/EM/F1 in %; CR = original / "
+        "compressed context tokens; latency in seconds per example."
+    )
+    (out / "index.html").write_text(
+        html.page(full, plot_files, sections, "RAG context compression — leaderboard", note), encoding="utf-8"
+    )
+    return [out / "leaderboard.md", out / "index.html", *written]

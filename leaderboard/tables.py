@@ -1,0 +1,239 @@
+"""Tables over the collected rows: CompSelect's Table 2 layout, uncertainty, latency and break-even; rendered
+as Markdown, LaTeX and CSV.
+
+Table 2 layout: methods by datasets, SubEM / F1 / CR for each dataset. The best value of each column is bold
+(oracle rows, which read the gold answers, are left out of "best"); a dagger marks a SubEM or F1 that is not
+significantly different from ``full`` (paired bootstrap, 95%).
+Break-even: compression pays for itself when its time is below the generation time it saves against ``full``
+(``break_even = compress_s / (generate_s(full) - generate_s)``; below 1 it pays off).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pandas as pd
+
+from leaderboard.reference import variant_order
+
+LABELS = {"nq": "NQ", "triviaqa": "TQA", "hotpotqa": "HQA"}
+T2_METRICS = ("subem", "f1", "cr")
+METRIC_LABELS = {"subem": "SubEM", "f1": "F1", "cr": "CR", "em": "EM"}
+DAGGER = "†"
+
+
+def datasets(df: pd.DataFrame) -> list[str]:
+    known = [d for d in LABELS if d in set(df.dataset)]
+    return known + sorted(set(df.dataset) - set(known))
+
+
+def label(ds: str) -> str:
+    return LABELS.get(ds, ds)
+
+
+def groups(df: pd.DataFrame) -> list[tuple[str, str]]:
+    """(profile, generator) pairs, embedded first."""
+    pairs = df[["profile", "generator"]].drop_duplicates().itertuples(index=False, name=None)
+    return sorted(pairs, key=lambda p: (p[0] != "embedded", p[0], p[1]))
+
+
+def _num(x) -> float | None:
+    if x is None:
+        return None
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(v) else v
+
+
+@dataclass
+class Table2:
+    """Values, bold and dagger marks of one (profile, generator) block, indexed by variant."""
+
+    values: pd.DataFrame  # columns: (dataset, metric)
+    best: pd.DataFrame
+    nonsig: pd.DataFrame
+    oracle: pd.Series
+
+
+def table2(df: pd.DataFrame, profile: str, generator: str) -> Table2:
+    g = df[(df.profile == profile) & (df.generator == generator)]
+    variants = variant_order(list(g.variant.unique()))
+    cols = pd.MultiIndex.from_product([datasets(g), T2_METRICS], names=["dataset", "metric"])
+    values = pd.DataFrame(index=variants, columns=cols, dtype=float)
+    nonsig = pd.DataFrame(False, index=variants, columns=cols)
+    for r in g.itertuples():
+        for m in T2_METRICS:
+            values.loc[r.variant, (r.dataset, m)] = _num(getattr(r, m))
+            if m != "cr" and getattr(r, f"sig_{m}", None) is False:
+                nonsig.loc[r.variant, (r.dataset, m)] = True
+    oracle = g.groupby("variant").oracle.any().reindex(variants).fillna(False).astype(bool)
+    best = pd.DataFrame(False, index=variants, columns=cols)
+    for c in cols:
+        col = values.loc[~oracle.values, c].dropna()
+        if len(col) > 1:
+            best.loc[col.index[col == col.max()], c] = True
+    return Table2(values, best, nonsig, oracle)
+
+
+def _cell(v: float | None, metric: str, bold: bool, dagger: bool, latex: bool = False) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    s = f"{v:.2f}" + (("$\\times$" if latex else "×") if metric == "cr" else "")
+    if bold:
+        s = f"\\textbf{{{s}}}" if latex else f"**{s}**"
+    if dagger:
+        s += "$^\\dagger$" if latex else DAGGER
+    return s
+
+
+def _name(variant: str, oracle: bool) -> str:
+    return f"{variant} (oracle)" if oracle else variant
+
+
+def table2_rows(t: Table2, latex: bool = False) -> tuple[list[str], list[list[str]]]:
+    head = ["Method"] + [f"{label(d)} {METRIC_LABELS[m]}" for d, m in t.values.columns]
+    rows = []
+    for v in t.values.index:
+        cells = [
+            _cell(t.values.loc[v, c], c[1], bool(t.best.loc[v, c]), bool(t.nonsig.loc[v, c]), latex)
+            for c in t.values.columns
+        ]
+        rows.append([_name(v, bool(t.oracle[v])), *cells])
+    return head, rows
+
+
+def table2_csv(t: Table2) -> pd.DataFrame:
+    flat = t.values.copy()
+    flat.columns = [f"{d}_{m}" for d, m in flat.columns]
+    for d, m in t.nonsig.columns:
+        if m != "cr":
+            flat[f"{d}_{m}_not_significant_vs_full"] = t.nonsig[(d, m)].values
+    flat.insert(0, "oracle", t.oracle.values)
+    return flat.rename_axis("variant").reset_index()
+
+
+def markdown(head: Sequence[str], rows: Sequence[Sequence[str]], align_first_left: bool = True) -> str:
+    def esc(s: str) -> str:
+        return str(s).replace("|", "\\|").replace("\n", " ")
+
+    sep = [":---" if (i == 0 and align_first_left) else "---:" for i in range(len(head))]
+    lines = ["| " + " | ".join(esc(h) for h in head) + " |", "| " + " | ".join(sep) + " |"]
+    lines += ["| " + " | ".join(esc(c) for c in r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def latex_escape(s: str) -> str:
+    s = s.replace("\\", "\\textbackslash{}")
+    for a, b in (
+        ("&", "\\&"),
+        ("%", "\\%"),
+        ("_", "\\_"),
+        ("#", "\\#"),
+        ("[", "{[}"),
+        ("]", "{]}"),
+        ("ε", "$\\varepsilon$"),
+        ("×", "$\\times$"),
+        ("†", "$^\\dagger$"),
+    ):
+        s = s.replace(a, b)
+    return s
+
+
+def latex(t: Table2, caption: str) -> str:
+    head, rows = table2_rows(t, latex=True)
+    ds = datasets_of(t)
+    top = " & ".join(["", *[f"\\multicolumn{{3}}{{c}}{{{label(d)}}}" for d in ds]]) + " \\\\"
+    rules = " ".join(f"\\cmidrule(lr){{{2 + 3 * i}-{4 + 3 * i}}}" for i in range(len(ds)))
+    sub = " & ".join(["Method", *[METRIC_LABELS[m] for _ in ds for m in T2_METRICS]]) + " \\\\"
+    body = [" & ".join([latex_escape(r[0]), *r[1:]]) + " \\\\" for r in rows]
+    assert len(head) == 1 + 3 * len(ds)
+    return "\n".join(
+        [
+            "% Generated by `python -m leaderboard publish`; needs \\usepackage{booktabs}.",
+            "\\begin{table}[t]",
+            "\\centering",
+            "\\small",
+            f"\\begin{{tabular}}{{l{'rrr' * len(ds)}}}",
+            "\\toprule",
+            top,
+            rules,
+            sub,
+            "\\midrule",
+            *body,
+            "\\bottomrule",
+            "\\end{tabular}",
+            f"\\caption{{{latex_escape(caption)}}}",
+            "\\end{table}",
+            "",
+        ]
+    )
+
+
+def datasets_of(t: Table2) -> list[str]:
+    return list(dict.fromkeys(d for d, _ in t.values.columns))
+
+
+def uncertainty(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per run with 95% intervals and the paired difference to ``full``."""
+    cols = ["profile", "generator", "dataset", "variant", "n"]
+    for m in ("subem", "em", "f1"):
+        cols += [m, f"{m}_lo", f"{m}_hi", f"d_{m}", f"d_{m}_lo", f"d_{m}_hi", f"p_{m}", f"sig_{m}"]
+    keep = [c for c in [*cols, "n_paired"] if c in df]
+    return df[keep]
+
+
+def latency(df: pd.DataFrame, baseline: str = "full") -> pd.DataFrame:
+    """Compression, online and total latency per run, and the break-even against ``baseline``."""
+    rows = []
+    for r in df.itertuples():
+        base = df[
+            (df.profile == r.profile)
+            & (df.generator == r.generator)
+            & (df.dataset == r.dataset)
+            & (df.variant == baseline)
+        ]
+        c, gen, tot = _num(r.compress_s), _num(r.generate_s), _num(r.total_latency_s)
+        bgen = _num(base.generate_s.iloc[0]) if len(base) else None
+        btot = _num(base.total_latency_s.iloc[0]) if len(base) else None
+        saved = bgen - gen if bgen is not None and gen is not None else None
+        be = c / saved if c is not None and saved is not None and saved > 0 else None
+        rows.append(
+            {
+                "profile": r.profile,
+                "generator": r.generator,
+                "dataset": r.dataset,
+                "variant": r.variant,
+                "protocol": r.latency_protocol,
+                "latency_n": r.latency_n,
+                "compress_s": c,
+                "online_s": gen,
+                "total_s": tot,
+                "generation_saved_s": saved,
+                "break_even": be,
+                "pays_off": (
+                    None
+                    if saved is None or c is None or r.variant == baseline
+                    else bool(saved > 0 and c < saved)
+                ),
+                "total_vs_full_s": tot - btot if tot is not None and btot is not None else None,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def ordered(df: pd.DataFrame) -> pd.DataFrame:
+    """Rows in reading order: (profile, generator) groups, datasets NQ/TQA/HQA, the papers' method order."""
+    g = {p: i for i, p in enumerate(groups(df))}
+    d = {x: i for i, x in enumerate(datasets(df))}
+    v = {x: i for i, x in enumerate(variant_order(list(df.variant.unique())))}
+    key = [(g[(r.profile, r.generator)], d[r.dataset], v[r.variant]) for r in df.itertuples()]
+    return df.iloc[sorted(range(len(df)), key=key.__getitem__)].reset_index(drop=True)
+
+
+def fmt(x, spec: str = "{:.2f}") -> str:
+    v = _num(x)
+    return "-" if v is None else spec.format(v)

@@ -1,0 +1,243 @@
+"""``python -m methods.ci_value.train [--config-name train/csm_e2e] [profile=paper] [limit=N] ...``
+
+CSM-st (``mode: st``, ``conf/train/csm.yaml``): oracle CI labels for the first ``limit`` questions of the
+dataset's train split (cached, ``labels.py``), the last ``holdout`` share of them held back, rebalancing of
+the rest (``rebalance.py``), then re-weighted regression + contrastive training of the head over frozen
+pair features. CSM-e2e (``mode: e2e``, ``conf/train/csm_e2e.yaml``): the head trained through the frozen
+generator (``e2e.py``); no labels needed except for the held-back Spearman check. Both write
+``head.safetensors``, ``config.json`` and ``manifest.json`` (data hash, seeds, figures) to ``out_dir``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from harness.config import register_resolvers
+from harness.provenance import REPO_ROOT
+
+register_resolvers()
+log = logging.getLogger(__name__)
+
+
+class LazyScorer:
+    """The generator as an ``AnswerScorer``, built only when a label is missing; its identity (for cache keys)
+    comes from the config, so a fully cached re-run never loads the model."""
+
+    def __init__(self, gcfg: DictConfig, prefix_cache: bool = True) -> None:
+        self.gcfg, self.prefix_cache, self._gen, self._scorer = gcfg, prefix_cache, None, None
+
+    def describe(self) -> dict[str, Any]:
+        from harness.models import resolve
+
+        g = self.gcfg
+        return {"name": g.name, "dtype": g.get("dtype"), "model": resolve(g.model).describe()}
+
+    def answer_nll(self, prompts, answers):
+        if self._gen is None:
+            from harness.generators.transformers_backend import TransformersGenerator
+            from harness.runner import get_generator
+
+            if str(self.gcfg.get("_target_", "")).endswith("TransformersGenerator"):
+                self._gen = get_generator(self.gcfg)
+            else:  # e.g. vLLM: score (and back-propagate) with a transformers copy of the same model
+                self._gen = TransformersGenerator(self.gcfg.model, self.gcfg.name,
+                                                  dtype=self.gcfg.get("dtype", "float32"))
+            from .scoring import PrefixCachedScorer
+
+            self._scorer = PrefixCachedScorer(self._gen) if self.prefix_cache else self._gen
+        return self._scorer.answer_nll(prompts, answers) if prompts else []
+
+    @property
+    def model(self):
+        self.answer_nll([], [])
+        return self._gen
+
+
+def _units(cfg: DictConfig, examples):
+    from harness import resources
+
+    from .values import example_units, mark_duplicates_batch
+
+    enc = resources.sentence_encoder(cfg.dedup.encoder) if cfg.dedup.encoder else None
+    lists = [example_units(e, cfg.granularity, cfg.min_words) for e in examples]
+    return list(zip(examples, mark_duplicates_batch(lists, enc, cfg.dedup.threshold), strict=True))
+
+
+def _synthetic_example(sample, tag: str):
+    from harness.types import Example, Passage
+
+    return Example(tag, sample.question, tuple(sample.answers), tuple(Passage(text=t) for t in sample.texts))
+
+
+def _feature_fn(encoder_ref: str, samples):
+    """Pair features of every (question, unit) of ``samples``, computed once; returns a lookup by sample."""
+    from .features import PairEncoder
+
+    enc = PairEncoder(encoder_ref)
+    pairs = sorted({(s.question, t) for s in samples for t in s.texts})
+    vecs = enc.encode([q for q, _ in pairs], [t for _, t in pairs])
+    index = {p: i for i, p in enumerate(pairs)}
+    return (lambda s: vecs[[index[(s.question, t)] for t in s.texts]]), enc.dim
+
+
+def _evaluate(head, held, feats) -> dict[str, Any]:
+    """Spearman of predictions vs oracle CI on held-back questions (pooled units, and mean per question),
+    with two label-free references: retrieval order and the encoder's pair-feature norm is not used."""
+    from .fit import predict, spearman
+
+    preds = predict(head, held, feats)
+    flat_p = [v for p in preds for v in p]
+    flat_y = [v for s in held for v in s.values]
+    per_q = [spearman(p, s.values) for p, s in zip(preds, held, strict=True)]
+    per_q = [r for r in per_q if r is not None]
+    rank = [-i for s in held for i in range(len(s.texts))]  # earlier retrieved = higher
+    kept = sum(v > 0 for v in flat_p)
+    hits = sum((p > 0) == (y > 0) for p, y in zip(flat_p, flat_y, strict=True))
+    return {
+        "questions": len(held), "units": len(flat_y),
+        "spearman_pooled": spearman(flat_p, flat_y),
+        "spearman_per_question_mean": sum(per_q) / len(per_q) if per_q else None,
+        "spearman_retrieval_rank_pooled": spearman(rank, flat_y),
+        "positive_share_oracle": sum(y > 0 for y in flat_y) / max(len(flat_y), 1),
+        "positive_share_predicted": kept / max(len(flat_p), 1),
+        "sign_accuracy": hits / max(len(flat_y), 1),
+    }
+
+
+def run(cfg: DictConfig) -> dict[str, Any]:
+    import torch
+
+    from harness.data import DatasetSpec, load_dataset
+
+    from .labels import LabelCache, label
+    from .model import CSMHead, save_head
+    from .rebalance import (
+        build_intervened,
+        downsample,
+        from_row,
+        interventions,
+        mark_hard,
+        weights_from_rarity,
+    )
+
+    t_start = time.perf_counter()
+    torch.set_num_threads(int(cfg.threads) if cfg.threads else (os.cpu_count() or 1))
+    rng = random.Random(int(cfg.seed))
+    d = cfg.dataset
+    examples = load_dataset(DatasetSpec(d.name, d.path, int(d.top_k), d.rank, int(cfg.limit)))
+    items = _units(cfg, examples)
+    scorer = LazyScorer(cfg.generator, bool(cfg.prefix_cache))
+    cache = LabelCache(cfg.label_cache)
+    n_hold = round(float(cfg.holdout) * len(items))
+    train_items, held_items = items[: len(items) - n_hold], items[len(items) - n_hold :]
+    rb = cfg.rebalance
+    held_rows = label(scorer, held_items, cache, cfg.max_answers, progress=cfg.progress) if (
+        cfg.mode == "st" or cfg.e2e.eval_labels) else []
+    held = [from_row(r, rb.label_temperature) for r in held_rows]
+    info: dict[str, Any] = {"train_questions": len(train_items), "held_questions": len(held_items)}
+
+    if cfg.mode == "st":
+        rows = label(scorer, train_items, cache, cfg.max_answers, progress=cfg.progress)
+        samples = [from_row(r, rb.label_temperature) for r in rows]
+        samples = [s for s in samples if s.texts]
+        d1, d2 = mark_hard(samples, rb.alpha, rb.delta1, rb.delta2, rb.hard_fraction)
+        info.update(delta=[d1, d2], hard=sum(s.hard for s in samples))
+        kept = downsample(samples, d1, rb.keep_trivial, rng)
+        from harness import resources
+
+        qenc = resources.sentence_encoder(cfg.encoder_for_questions)
+        qv = qenc.encode([s.question for s in samples], normalize_embeddings=True, show_progress_bar=False)
+        plans = interventions(samples, lambda i, j: float(qv[i] @ qv[j]), rb.gamma, rb.max_question_sim, rng,
+                              int(rb.interventions_per_hard))
+        synth = [build_intervened(plan, rng)[0] for plan in plans]
+        if rb.relabel and synth:
+            from .values import example_units
+
+            syn_ex = [_synthetic_example(s, f"synthetic-{k}-{s.origin}") for k, s in enumerate(synth)]
+            syn_items = [(ex, example_units(ex, cfg.granularity, cfg.min_words)) for ex in syn_ex]
+            syn_rows = label(scorer, syn_items, cache, cfg.max_answers, progress=cfg.progress)
+            synth = [from_row(r, rb.label_temperature, origin=s.origin)
+                     for r, s in zip(syn_rows, synth, strict=True)]
+        mark_hard(synth, rb.alpha, d1, d2)
+        train = kept + synth
+        weights_from_rarity(train)
+        info.update(after_downsampling=len(kept), interventions=len(synth), training_lists=len(train),
+                    relabelled=bool(rb.relabel))
+        feats, dim = _feature_fn(cfg.encoder, train + held)
+        head = CSMHead(dim, cfg.head.layers, cfg.head.heads, cfg.head.ffn_dim, cfg.head.dropout)
+        from .fit import train_st
+
+        o = cfg.optim
+        t0 = time.perf_counter()
+        history = train_st(head, train, feats, o.epochs, o.batch_size, o.lr, o.weight_decay, o.warmup, o.beta,
+                           o.tau, int(cfg.seed))
+        info["train_seconds"] = time.perf_counter() - t0
+        data_keys = sorted(r["key"] for r in rows + held_rows)
+    else:
+        from .e2e import SoftMaskLM
+        from .fit import train_e2e
+        from .rebalance import Sample
+
+        samples = [Sample(ex.question, list(ex.answers), [ul.texts[i] for i in ul.active()], [])
+                   for ex, ul in train_items]
+        samples = [s for s in samples if s.texts]
+        feats, dim = _feature_fn(cfg.encoder, samples + held)
+        head = CSMHead(dim, cfg.head.layers, cfg.head.heads, cfg.head.ffn_dim, cfg.head.dropout)
+        gen = scorer.model
+        lm = SoftMaskLM(gen.model, gen.tokenizer, cfg.e2e.gate)
+        e = cfg.e2e
+        t0 = time.perf_counter()
+        history = train_e2e(head, samples, feats, lm, e.epochs, e.batch_size, e.lr, cfg.optim.weight_decay,
+                            cfg.optim.warmup, e.lambda_nec, e.temperature, e.max_steps, int(cfg.seed))
+        info["train_seconds"] = time.perf_counter() - t0
+        info["seconds_per_step"] = info["train_seconds"] / max(len(history), 1)
+        info["steps_for_paper_schedule"] = e.epochs * -(-len(samples) // e.batch_size)
+        data_keys = sorted(hashlib.sha256(json.dumps([s.question, s.texts, s.answers]).encode()).hexdigest()
+                           for s in samples)
+
+    figures = _evaluate(head, held, feats) if held else {}
+    data_hash = hashlib.sha256("\n".join(data_keys).encode()).hexdigest()
+    out = Path(cfg.out_dir)
+    extra = {"encoder": cfg.encoder, "granularity": cfg.granularity, "mode": cfg.mode,
+             "label_temperature": rb.label_temperature}
+    save_head(head, out, extra)
+    manifest = {
+        "mode": cfg.mode, "dataset": d.name, "split": d.split, "profile": cfg.profile.name,
+        "generator": scorer.describe(), "encoder": cfg.encoder, "seed": int(cfg.seed),
+        "data_sha256": data_hash,
+        "label_cache": os.path.relpath(cfg.label_cache, REPO_ROOT), "data": info, "history": history,
+        "heldout": figures, "wall_seconds": time.perf_counter() - t_start,
+        "command": "python -m methods.ci_value.train " + " ".join(sys.argv[1:]),
+        "config": OmegaConf.to_container(cfg, resolve=True),
+        "files": {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(out.glob("*"))
+                  if p.name != "manifest.json"},
+    }
+    manifest["config"] = json.loads(json.dumps(manifest["config"]).replace(str(REPO_ROOT) + "/", ""))
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    log.info("held-out figures: %s", figures)
+    return manifest
+
+
+@hydra.main(version_base="1.3", config_path=str(REPO_ROOT / "conf"), config_name="train/csm")
+def main(cfg: DictConfig) -> None:
+    if cfg.profile.offline:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    m = run(cfg)
+    print(json.dumps({"out": cfg.out_dir, "data": m["data"], "heldout": m["heldout"]}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,86 @@
+"""Training targets and labels of CompSelect (000 sections 4.1-4.3), as pure functions.
+
+- Extractor targets: the answer-containing sentences ``S^a`` (Eq. 3; the authors' code tests every gold alias
+  as a raw, case-sensitive substring: ``match="raw"``), plus for ``epsilon > 0`` every sentence within cosine
+  *distance* ``epsilon`` of one of them (KNN expansion; the code compares 1 - cos <= epsilon), ordered by
+  cosine similarity to the question as in the code.
+- Reranker labels: a clue is positive when the generator answers correctly (SubEM) from it alone; questions
+  whose clues are all positive or all negative are dropped (000 footnote 2); pairs are every positive x every
+  negative.
+- Truncator label: ``K = argmin_k {k : Correct(q, D_k)}`` over the prefixes ``D_k`` of the reranked clues (Eq.
+  10), 0 (the empty set) when no prefix is correct. The authors' code scans k = n..1 and stops at the first
+  correct prefix, i.e. returns the *largest* correct k; it is kept as ``scan="authors_code"`` for comparison
+  only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from harness.metrics import normalize
+
+MATCHES = ("raw", "normalized")
+SCANS = ("argmin", "authors_code")
+
+
+def contains_answer(sentence: str, answers: Sequence[str], match: str = "raw") -> bool:
+    if match == "raw":
+        return any(a in sentence for a in answers)
+    if match != "normalized":
+        raise ValueError(f"match={match!r}; valid: {', '.join(MATCHES)}")
+    s = f" {normalize(sentence)} "
+    return any(f" {normalize(a)} " in s for a in answers if normalize(a))
+
+
+def answer_sentences(sentences: Sequence[str], answers: Sequence[str], match: str = "raw") -> list[int]:
+    """Indices of the sentences that contain a gold answer (S^a)."""
+    return [i for i, s in enumerate(sentences) if contains_answer(s, answers, match)]
+
+
+def knn_expand(embeddings: np.ndarray, seeds: Sequence[int], epsilon: float) -> list[int]:
+    """``seeds`` plus every row whose cosine distance to some seed is at most ``epsilon`` (rows
+    L2-normalised).
+
+    Sorted indices; ``epsilon = 0`` returns the seeds (and exact duplicates of them).
+    """
+    if epsilon < 0:
+        raise ValueError(f"epsilon must be >= 0, got {epsilon}")
+    if not len(seeds):
+        return []
+    sims = embeddings @ embeddings[list(seeds)].T  # (n, |seeds|)
+    near = np.where((1.0 - sims.max(axis=1)) <= epsilon + 1e-6)[0]
+    return sorted(set(int(i) for i in near) | set(int(s) for s in seeds))
+
+
+def order_by_similarity(indices: Sequence[int], embeddings: np.ndarray, query: np.ndarray) -> list[int]:
+    """``indices`` by descending cosine similarity of their rows to ``query`` (ties keep the given order)."""
+    sims = embeddings[list(indices)] @ query if len(indices) else np.zeros(0)
+    return [indices[j] for j in sorted(range(len(indices)), key=lambda j: (-float(sims[j]), j))]
+
+
+def truncation_label(n: int, correct: Callable[[int], bool], scan: str = "argmin") -> int:
+    """The truncator's target K in [0, n] given ``correct(k)`` for the prefix of the first k ranked clues.
+
+    ``argmin`` (the paper): the smallest correct k, scanning k = 1..n and stopping at the first correct
+    prefix; ``authors_code``: k = n..1, stopping at the first correct prefix (the largest correct k). 0 if
+    none is correct.
+    """
+    return next((k for k in scan_order(n, scan) if correct(k)), 0)
+
+
+def scan_order(n: int, scan: str = "argmin") -> list[int]:
+    """The prefix sizes a truncation scan tries, in order (``argmin``: 1..n; ``authors_code``: n..1)."""
+    if scan not in SCANS:
+        raise ValueError(f"scan={scan!r}; valid: {', '.join(SCANS)}")
+    return list(range(1, n + 1)) if scan == "argmin" else list(range(n, 0, -1))
+
+
+def reranker_pairs(clues: Sequence[str], positive: Sequence[bool]) -> list[tuple[str, str]]:
+    """(positive, negative) clue pairs of one question; empty when all or none are positive."""
+    pos = [c for c, p in zip(clues, positive, strict=True) if p]
+    neg = [c for c, p in zip(clues, positive, strict=True) if not p]
+    if not pos or not neg:
+        return []
+    return [(p, n) for p in pos for n in neg]

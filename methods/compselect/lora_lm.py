@@ -1,0 +1,187 @@
+"""The extractor's and truncator's LM: one base causal LM with named LoRA adapters, and batched greedy
+generation.
+
+The base model is the process-wide instance from ``harness.resources.causal_lm``, which the generator may
+share (embedded profile: SmolLM2 is both). ``peft`` injects LoRA layers into the module tree it is given, so
+the adapters go onto a *structural copy* of the base whose parameters are the very same tensors
+(``copy.deepcopy`` with every parameter and buffer pre-seeded in the memo): no extra memory, and the
+generator's module tree is untouched. Adapters are never merged (merging would write into the shared weights).
+On another device than the shared instance's, a separate model is loaded instead (the paper profile's 3B
+extractor is not the generator anyway).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+from collections.abc import Sequence
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any
+
+from harness import resources
+from harness.protocols import Messages
+
+log = logging.getLogger(__name__)
+
+
+def weight_sharing_copy(model):
+    """A copy of ``model``'s module tree whose parameters and buffers are the original tensors."""
+    memo: dict[int, Any] = {id(p): p for p in model.parameters()}
+    memo.update({id(b): b for b in model.buffers()})
+    return copy.deepcopy(model, memo)
+
+
+def adapter_digest(path: str | Path) -> str | None:
+    """SHA-256 of an adapter's weights file (for records), or None when there is none."""
+    from harness.models import file_sha256
+
+    f = Path(path) / "adapter_model.safetensors"
+    return file_sha256(f) if f.is_file() else None
+
+
+class LoraLM:
+    """A causal LM with named LoRA adapters (``{"extractor": dir, "truncator": dir}``); ``adapter=None`` is
+    the plain base model."""
+
+    def __init__(
+        self,
+        ref: str,
+        adapters: dict[str, str] | None = None,
+        dtype: str = "float32",
+        device: str = "cpu",
+        trust_remote_code: bool = False,
+    ) -> None:
+        self.ref, self.dtype, self.device = ref, dtype, device
+        self.adapters = {k: str(v) for k, v in (adapters or {}).items() if v}
+        for name, path in self.adapters.items():
+            if not (Path(path) / "adapter_config.json").is_file():
+                raise FileNotFoundError(
+                    f"LoRA adapter {name!r} not found at {path}: "
+                    "train it with `python -m methods.compselect.train`"
+                )
+        base, self.tokenizer = resources.causal_lm(ref, dtype, trust_remote_code)
+        if device != "cpu":
+            import torch
+            from transformers import AutoModelForCausalLM
+
+            from harness.models import resolve
+
+            base = (
+                AutoModelForCausalLM.from_pretrained(
+                    resolve(ref).path, dtype=getattr(torch, dtype), trust_remote_code=trust_remote_code
+                )
+                .to(device)
+                .eval()
+            )
+        self.base = base
+        self.model = self._with_adapters(base) if self.adapters else base
+
+    def _with_adapters(self, base):
+        from peft import PeftModel
+
+        tree = weight_sharing_copy(base) if base.device.type == "cpu" and self.device == "cpu" else base
+        names = list(self.adapters)
+        model = PeftModel.from_pretrained(
+            tree, self.adapters[names[0]], adapter_name=names[0], is_trainable=False
+        )
+        for name in names[1:]:
+            model.load_adapter(self.adapters[name], adapter_name=name, is_trainable=False)
+        return model.eval()
+
+    def _context(self, adapter: str | None):
+        if adapter is None:
+            return self.model.disable_adapter() if self.adapters else nullcontext()
+        if adapter not in self.adapters:
+            raise KeyError(f"no adapter {adapter!r}; loaded: {sorted(self.adapters)}")
+        self.model.set_adapter(adapter)
+        return nullcontext()
+
+    def encode(self, messages: Messages) -> list[int]:
+        return list(
+            self.tokenizer.apply_chat_template(
+                messages, add_generation_prompt=True, tokenize=True, return_dict=True
+            )["input_ids"]
+        )
+
+    def count(self, text: str) -> int:
+        return len(self.tokenizer(text, add_special_tokens=False)["input_ids"]) if text else 0
+
+    def eos_ids(self) -> list[int]:
+        eos = self.base.generation_config.eos_token_id
+        ids = list(eos) if isinstance(eos, list | tuple) else [eos]
+        if self.tokenizer.eos_token_id not in ids:
+            ids.append(self.tokenizer.eos_token_id)
+        return [i for i in ids if i is not None]
+
+    def generate(
+        self, prompts: Sequence[Messages], adapter: str | None, max_new_tokens: int, batch_size: int = 8
+    ) -> list[str]:
+        """Greedy completions of chat prompts, left-padded batches sorted by length, returned in input
+        order."""
+        return self.generate_ids([self.encode(m) for m in prompts], adapter, max_new_tokens, batch_size)
+
+    def generate_ids(
+        self, encoded: Sequence[list[int]], adapter: str | None, max_new_tokens: int, batch_size: int = 8
+    ) -> list[str]:
+        import torch
+
+        out: list[str] = [""] * len(encoded)
+        order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
+        pad = self.tokenizer.pad_token_id
+        eos = self.eos_ids()
+        with self._context(adapter), torch.inference_mode():
+            for start in range(0, len(order), max(batch_size, 1)):
+                idx = order[start : start + batch_size]
+                width = max(len(encoded[i]) for i in idx)
+                ids = torch.full((len(idx), width), pad, dtype=torch.long)
+                att = torch.zeros((len(idx), width), dtype=torch.long)
+                for row, i in enumerate(idx):
+                    ids[row, width - len(encoded[i]) :] = torch.tensor(encoded[i])
+                    att[row, width - len(encoded[i]) :] = 1
+                gen = self.model.generate(
+                    input_ids=ids.to(self.base.device),
+                    attention_mask=att.to(self.base.device),
+                    max_new_tokens=max_new_tokens,
+                    do_sample=False,
+                    num_beams=1,
+                    pad_token_id=pad,
+                    eos_token_id=eos,
+                )
+                for row, i in enumerate(idx):
+                    out[i] = self.tokenizer.decode(
+                        gen[row, width:].tolist(), skip_special_tokens=True
+                    ).strip()
+        return out
+
+    def describe(self) -> dict[str, Any]:
+        from harness.models import resolve
+
+        return {
+            "lm": resolve(self.ref).describe(),
+            "dtype": self.dtype,
+            "adapters": {
+                k: {"path": v, "sha256": adapter_digest(v), **_adapter_info(v)}
+                for k, v in self.adapters.items()
+            },
+        }
+
+
+def _adapter_info(path: str) -> dict[str, Any]:
+    cfg = json.loads((Path(path) / "adapter_config.json").read_text())
+    return {k: cfg.get(k) for k in ("r", "lora_alpha", "target_modules")}
+
+
+def shared_lora_lm(
+    ref: str,
+    adapters: dict[str, str | None],
+    dtype: str = "float32",
+    device: str = "cpu",
+    trust_remote_code: bool = False,
+) -> LoraLM:
+    """One ``LoraLM`` per (base, adapters, dtype, device) in the process (a multirun over variants reuses
+    it)."""
+    clean = {k: str(v) for k, v in adapters.items() if v}
+    key = ("compselect_lora_lm", ref, dtype, device, tuple(sorted(clean.items())))
+    return resources.shared(key, lambda: LoraLM(ref, clean, dtype, device, trust_remote_code))

@@ -1,0 +1,271 @@
+"""CompSelect inference: clue extractor -> clue reranker -> adaptive truncator (000 section 4, Fig. 3)."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from harness.protocols import Compressor, MethodEnv
+from harness.text import passage_sentences, rank_desc
+from harness.types import Compressed, Example, Unit
+from methods.compselect.cascade import cascade
+from methods.compselect.lora_lm import LoraLM, shared_lora_lm
+from methods.compselect.parsing import DEFAULT_THRESHOLD, Clue, map_clues, parse_truncation
+from methods.compselect.prompts import OUTPUTS, extractor_messages, truncator_messages
+
+TRUNCATIONS = ("adaptive", "none", "random")
+
+
+@dataclass
+class ExtractorInput:
+    """The extractor prompt of one example and the sentences it shows (a prefix of all, if the budget cut
+    some)."""
+
+    messages: list[dict[str, str]]
+    units: list[Unit]
+    sentences: list[str]
+    shown: int
+
+
+def extractor_input(lm: LoraLM, example: Example, max_input_tokens: int | None) -> ExtractorInput:
+    """The Table 9 prompt over the sentences of the example's passages, dropping trailing sentences (last
+    passage first) until the chat-formatted prompt fits ``max_input_tokens`` (the authors truncate the input
+    at 2048)."""
+    per_passage = passage_sentences(example.passages)
+    units = [Unit(p, s) for p, sents in enumerate(per_passage) for s in range(len(sents))]
+    flat = [s for sents in per_passage for s in sents]
+
+    def build(shown: int) -> list[dict[str, str]]:
+        docs, used = [], 0
+        for sents in per_passage:
+            take = sents[: max(0, shown - used)]
+            used += len(sents)
+            if take:
+                docs.append(" ".join(take))
+        return extractor_messages(example.question, docs)
+
+    shown = len(flat)
+    messages = build(shown)
+    if max_input_tokens:
+        total = len(lm.encode(messages))
+        while total > max_input_tokens and shown > 0:
+            over = total - max_input_tokens
+            while over > 0 and shown > 0:  # drop about enough sentences, then re-measure
+                shown -= 1
+                over -= lm.count(flat[shown]) + 1
+            messages = build(shown)
+            total = len(lm.encode(messages))
+    return ExtractorInput(messages, units, flat, shown)
+
+
+class CompSelect(Compressor):
+    """Compact clue selection (Zhang et al., "Less is More: Compact Clue Selection for Efficient RAG
+    Reasoning", 000; FineFilter 003 is its earlier version). See ``methods/compselect/__init__.py`` for
+    defaults and departures.
+
+    ``extractor``/``truncator`` are LoRA adapter folders on the instruct LM ``lm`` (``extractor=None``: the
+    un-tuned LM with the extractor prompt). ``reranker`` is a scorer built from config (``None``: the
+    extractor's order). ``truncation``: ``adaptive`` (the truncator), ``none`` (keep every clue) or ``random``
+    (K uniform in [0, n], seeded per example). ``truncator_output``: ``text`` (CompSelect) or ``index``
+    (FineFilter's K).
+    """
+
+    name = "compselect"
+
+    def __init__(
+        self,
+        lm: str,
+        extractor: str | None = None,
+        truncator: str | None = None,
+        reranker: Any = None,
+        truncation: str = "adaptive",
+        truncator_output: str = "text",
+        max_input_tokens: int | None = 2048,
+        extractor_max_new_tokens: int = 256,
+        truncator_max_new_tokens: int = 256,
+        match_threshold: float = DEFAULT_THRESHOLD,
+        lm_batch_size: int = 8,
+        dtype: str = "float32",
+        device: str = "cpu",
+        seed: int = 0,
+        trust_remote_code: bool = False,
+    ) -> None:
+        super().__init__()
+        if truncation not in TRUNCATIONS:
+            raise ValueError(f"truncation={truncation!r}; valid: {', '.join(TRUNCATIONS)}")
+        if truncator_output not in OUTPUTS:
+            raise ValueError(f"truncator_output={truncator_output!r}; valid: {', '.join(OUTPUTS)}")
+        if truncation == "adaptive" and not truncator:
+            raise ValueError("truncation=adaptive needs a truncator adapter (truncator: <dir>)")
+        self.lm_ref, self.extractor, self.truncator, self.reranker = lm, extractor, truncator, reranker
+        self.truncation, self.truncator_output = truncation, truncator_output
+        self.max_input_tokens, self.match_threshold = max_input_tokens, match_threshold
+        self.extractor_max_new_tokens, self.truncator_max_new_tokens = (
+            extractor_max_new_tokens,
+            truncator_max_new_tokens,
+        )
+        self.lm_batch_size, self.dtype, self.device, self.seed = lm_batch_size, dtype, device, seed
+        self.trust_remote_code = trust_remote_code
+        self.lm: LoraLM | None = None
+
+    def bind(self, env: MethodEnv) -> None:
+        super().bind(env)
+        adapters = {"extractor": self.extractor}
+        if self.truncation == "adaptive":
+            adapters["truncator"] = self.truncator
+        self.lm = shared_lora_lm(self.lm_ref, adapters, self.dtype, self.device, self.trust_remote_code)
+        if self.reranker is not None and hasattr(self.reranker, "load"):
+            self.reranker.load()
+
+    # -- stages ----------------------------------------------------------------------------------------------
+    def extract(
+        self, examples: Sequence[Example]
+    ) -> tuple[list[ExtractorInput], list[list[Clue]], list[list[str]]]:
+        """Stage 1: generate clue lines and map them to source sentences (clue.source indexes
+        ``inputs[i].units``)."""
+        assert self.lm is not None, "bind() first"
+        inputs = [extractor_input(self.lm, e, self.max_input_tokens) for e in examples]
+        outs = self.lm.generate(
+            [x.messages for x in inputs],
+            "extractor" if self.extractor else None,
+            self.extractor_max_new_tokens,
+            self.lm_batch_size,
+        )
+        mapped = [
+            map_clues(o, x.sentences[: x.shown], self.match_threshold)
+            for o, x in zip(outs, inputs, strict=True)
+        ]
+        return inputs, [m[0] for m in mapped], [m[1] for m in mapped]
+
+    def rerank(self, question: str, clues: list[Clue]) -> tuple[list[Clue], list[float] | None]:
+        """Stage 2: clues by descending reranker score (ties and ``reranker=None`` keep the extractor's
+        order)."""
+        if self.reranker is None or not clues:
+            return clues, None
+        scores = self.reranker.score(question, [c.text for c in clues])
+        order = rank_desc(scores)
+        return [clues[i] for i in order], [float(scores[i]) for i in order]
+
+    def truncate(
+        self, examples: Sequence[Example], ranked: list[list[Clue]]
+    ) -> tuple[list[int], list[str | None]]:
+        """Stage 3: K per example (the number of ranked clues kept) and the truncator's raw output."""
+        if self.truncation == "none":
+            return [len(r) for r in ranked], [None] * len(ranked)
+        if self.truncation == "random":
+            return [
+                random.Random(f"{self.seed}:{e.id}").randint(0, len(r))
+                for e, r in zip(examples, ranked, strict=True)
+            ], [None] * len(ranked)
+        assert self.lm is not None
+        todo = [i for i, r in enumerate(ranked) if r]
+        outs = self.lm.generate(
+            [truncator_messages(examples[i].question, [c.text for c in ranked[i]]) for i in todo],
+            "truncator",
+            self.truncator_max_new_tokens,
+            self.lm_batch_size,
+        )
+        ks, raw = [0] * len(ranked), [None] * len(ranked)
+        for i, o in zip(todo, outs, strict=True):
+            raw[i] = o
+            ks[i] = parse_truncation(
+                o, [c.text for c in ranked[i]], self.truncator_output, self.match_threshold
+            )
+        return ks, raw
+
+    # -- the Compressor contract -----------------------------------------------------------------------------
+    def compress(self, example: Example) -> Compressed:
+        return self.compress_batch([example])[0]
+
+    def compress_batch(self, examples: Sequence[Example]) -> list[Compressed]:
+        n = max(len(examples), 1)
+        t0 = time.perf_counter()
+        inputs, clues, dropped = self.extract(examples)
+        t1 = time.perf_counter()
+        reranked = [self.rerank(e.question, c) for e, c in zip(examples, clues, strict=True)]
+        t2 = time.perf_counter()
+        ks, raw = self.truncate(examples, [r[0] for r in reranked])
+        t3 = time.perf_counter()
+        timings = {"extract": (t1 - t0) / n, "rerank": (t2 - t1) / n, "truncate": (t3 - t2) / n}
+        return [
+            self._result(e, x, c, d, r, scores, k, o, timings)
+            for e, x, c, d, (r, scores), k, o in zip(
+                examples, inputs, clues, dropped, reranked, ks, raw, strict=True
+            )
+        ]
+
+    @staticmethod
+    def _result(
+        e: Example,
+        x: ExtractorInput,
+        extracted: list[Clue],
+        dropped: list[str],
+        ranked: list[Clue],
+        scores: list[float] | None,
+        k: int,
+        output: str | None,
+        timings: dict[str, float],
+    ) -> Compressed:
+        """The kept clues as documents (ranked order) and the per-example record of every stage."""
+        kept = ranked[:k]
+
+        def unit(c: Clue) -> list[int | None]:
+            return [x.units[c.source].passage, x.units[c.source].sentence]
+
+        meta: dict[str, Any] = {
+            "extracted": [
+                {
+                    "unit": unit(c),
+                    "text": c.text,
+                    "match": c.score,
+                    **({"generated": c.generated} if c.score < 1 else {}),
+                }
+                for c in extracted
+            ],
+            "dropped": dropped,
+            "ranked": [
+                {"unit": unit(c), **({"score": round(scores[j], 5)} if scores else {})}
+                for j, c in enumerate(ranked)
+            ],
+            "kept": [unit(c) for c in kept],
+            "k": k,
+            "n_clues": len(ranked),
+            "sentences_shown": [x.shown, len(x.sentences)],
+            "cascade": cascade(
+                [p.text for p in e.passages],
+                [c.text for c in extracted],
+                [c.text for c in ranked],
+                [c.text for c in kept],
+                e.answers,
+            ),
+        }
+        if output is not None:
+            meta["truncator_output"] = output
+        return Compressed(
+            documents=[c.text for c in kept],
+            units=[x.units[c.source] for c in kept],
+            timings=dict(timings),
+            meta=meta,
+        )
+
+    def describe(self) -> dict[str, Any]:
+        info: dict[str, Any] = {
+            "name": self.name,
+            "extractor": "lora" if self.extractor else "untuned",
+            "truncation": self.truncation,
+            "truncator_output": self.truncator_output if self.truncation == "adaptive" else None,
+            "max_input_tokens": self.max_input_tokens,
+            "max_new_tokens": {
+                "extractor": self.extractor_max_new_tokens,
+                "truncator": self.truncator_max_new_tokens,
+            },
+            "match_threshold": self.match_threshold,
+            "seed": self.seed,
+            "reranker": None if self.reranker is None else self.reranker.describe(),
+        }
+        if self.lm is not None:
+            info.update(self.lm.describe())
+        return info

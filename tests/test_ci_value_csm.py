@@ -1,0 +1,157 @@
+"""CSM (paper 002): forward shapes and padding on real MiniLM pair features, CSM-st rebalancing and losses,
+a few training steps lowering the loss, the committed embedded weights selecting exactly the positive
+predictions, and the CSM-e2e soft gate on the real generator."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+import torch
+
+from harness.types import Unit
+from methods.ci_value.features import PairEncoder
+from methods.ci_value.losses import contrastive, st_loss
+from methods.ci_value.model import CSMHead, pad_lists
+from methods.ci_value.rebalance import (
+    Sample,
+    build_intervened,
+    downsample,
+    interventions,
+    mark_hard,
+    rarity,
+    weights_from_rarity,
+)
+
+ENCODER = "embedded:all-minilm-l6-v2"
+WEIGHTS = Path(__file__).resolve().parent.parent / "methods/ci_value/artifacts/embedded/csm_st_passage"
+
+
+@pytest.fixture(scope="module")
+def pairs():
+    return PairEncoder(ENCODER)
+
+
+def test_pair_features_and_head_shapes_with_padding(pairs, nq5):
+    lists = [pairs.encode([e.question] * len(e.passages), [p.render() for p in e.passages]) for e in nq5[:2]]
+    lists[1] = lists[1][:3]
+    assert lists[0].shape == (5, 384)
+    torch.manual_seed(0)
+    head = CSMHead(384).eval()
+    x, pad = pad_lists(lists)
+    assert x.shape == (2, 5, 384) and pad.tolist()[1] == [False, False, False, True, True]
+    scores, g = head(x, pad)
+    assert scores.shape == (2, 5) and g.shape == (2, 5, 384)
+    assert scores.abs().max() <= 1
+    alone, _ = head(lists[1][None], None)  # padding must not change the real units' scores
+    assert torch.allclose(alone[0], scores[1, :3], atol=1e-5)
+    assert sum(p.numel() for p in head.parameters()) < 2_500_000  # commits as a few MB in fp16
+
+
+def _sample(vals, q="q", origin="label"):
+    return Sample(q, ["a"], [f"{q}-{i}" for i in range(len(vals))], list(vals), list(vals), origin=origin)
+
+
+def test_rarity_hard_split_downsampling_and_weights():
+    flat, spiky = _sample([0.01, 0.0, -0.01, 0.0]), _sample([0.9, -0.8, 0.0, 0.1])
+    assert rarity(flat.targets, 10) < 5 < rarity(spiky.targets, 10)
+    samples = [flat, spiky] + [_sample([0.0, 0.02, 0.0, 0.01], f"t{i}") for i in range(40)]
+    mark_hard(samples, 10, 5, 5)
+    assert [s.hard for s in samples[:2]] == [False, True]
+    kept = downsample(samples, 5, 0.3, random.Random(0))
+    assert spiky in kept and 4 <= len(kept) <= 25
+    d1, _ = mark_hard(samples, 10, 5, 5, hard_fraction=0.5)
+    assert sum(s.hard for s in samples) >= 21 and d1 < 5
+    weights_from_rarity(samples)
+    assert abs(sum(s.weight for s in samples) / len(samples) - 1) < 1e-9
+
+
+def test_intervention_transplants_positive_units_among_another_instances_units():
+    hard = _sample([0.9, -0.8, 0.0, 0.3], "hq")
+    other = _sample([0.0, 0.0, 0.0, 0.0], "oq")
+    hard.hard = True
+    plans = interventions(
+        [hard, other], lambda i, j: 0.1, gamma=0.1, max_question_sim=0.5, rng=random.Random(1)
+    )
+    assert [p[4] for p in plans] == ["high", "low"]
+    high, pos = build_intervened(plans[0], random.Random(2))
+    assert high.question == "hq" and len(high.texts) == 4
+    assert sorted(high.texts[k] for k in pos) == ["hq-0", "hq-3"]
+    assert sorted(high.targets[k] for k in pos) == [0.3, 0.9]
+    assert all(t == 0.0 for k, t in enumerate(high.targets) if k not in pos)
+    low, pos = build_intervened(plans[1], random.Random(2))
+    assert low.question == "oq" and all(low.targets[k] == 0.0 for k in pos)
+    # no semantically distinct partner question: no intervention
+    assert interventions([hard, other], lambda i, j: 0.9, 0.1, 0.5, random.Random(1)) == []
+
+
+def test_contrastive_term_pulls_same_sign_units_together():
+    t = torch.tensor([[0.5, 0.4, -0.6]])
+    pad = torch.zeros(1, 3, dtype=torch.bool)
+    hard = torch.tensor([True])
+    good = torch.tensor([[[1.0, 0.0], [0.9, 0.1], [-1.0, 0.0]]])
+    bad = torch.tensor([[[1.0, 0.0], [-1.0, 0.0], [0.9, 0.1]]])
+    assert contrastive(good, t, pad, hard) < contrastive(bad, t, pad, hard)
+    assert contrastive(good, t, pad, torch.tensor([False])) == 0
+
+
+def test_a_few_st_training_steps_lower_the_loss(pairs, nq5):
+    torch.manual_seed(0)
+    feats = [pairs.encode([e.question] * 5, [p.render() for p in e.passages]) for e in nq5]
+    # a real-feature batch with fixed targets: does the optimiser move the loss down?
+    base = torch.tensor([[0.6, -0.2, 0.0, 0.1, -0.4]] * len(nq5))
+    targets = base * torch.linspace(1, 0.2, len(nq5))[:, None]
+    x, pad = pad_lists(feats)
+    w, hard = torch.ones(len(nq5)), torch.tensor([True] * len(nq5))
+    head = CSMHead(384, dropout=0.0)
+    opt = torch.optim.AdamW(head.parameters(), lr=1e-3)
+    losses, mses = [], []
+    for _ in range(20):
+        s, g = head(x, pad)
+        loss, parts = st_loss(s, g, targets, pad, w, hard)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.detach()))
+        mses.append(parts["mse"])
+    assert losses[-1] < 0.6 * losses[0]
+    assert mses[-1] < 0.3 * mses[0]
+
+
+@pytest.mark.skipif(
+    not (WEIGHTS / "head.safetensors").is_file(), reason="embedded CSM weights not trained yet"
+)
+def test_committed_csm_keeps_exactly_the_positive_predictions(env, nq5):
+    from methods.ci_value import CSMSelect
+
+    m = CSMSelect(str(WEIGHTS), encoder=ENCODER, dedup_encoder=ENCODER)
+    m.bind(env)
+    comps = m.compress_batch(nq5)
+    for ex, c in zip(nq5, comps, strict=True):
+        want = [i for i, s in enumerate(c.meta["scores"]) if s > 0]
+        assert c.units == [Unit(i) for i in want]
+        assert c.documents == [ex.passages[i].render() for i in want]
+    assert m.describe()["head"]["encoder"] == ENCODER
+
+
+def test_e2e_gate_is_exact_at_one_and_differentiable(generator, nq5):
+    from harness.prompt import build_messages
+    from methods.ci_value.e2e import SoftMaskLM, binary_concrete
+
+    ex = nq5[0]
+    docs = [" ".join(p.render().split()[:30]) for p in ex.passages[:3]]
+    lm = SoftMaskLM(generator.model, generator.tokenizer, "attention")
+    e = lm.encode(ex.question, docs, ex.answers[0])
+    assert e.ids[: e.prompt_len].tolist() == generator._encode(build_messages(ex.question, docs))
+    assert set(e.unit_of.tolist()) == {-1, 0, 1, 2}
+    ones = torch.ones(3)
+    ref = generator.answer_nll([build_messages(ex.question, docs)], [ex.answers[0]])[0]
+    assert float(lm.sufficiency(e, ones)) == pytest.approx(ref, abs=1e-3)
+    scores = torch.zeros(3, requires_grad=True)
+    m = binary_concrete(scores, generator=torch.Generator().manual_seed(0))
+    loss = lm.sufficiency(e, m) + lm.necessity(e, 1 - m)
+    loss.backward()
+    assert torch.isfinite(scores.grad).all() and scores.grad.abs().sum() > 0
+    near_zero = torch.tensor([1.0, 1e-9, 1.0])  # unit 1 gated away: attend to units 0 and 2 only
+    assert float(lm.sufficiency(e, near_zero)) != pytest.approx(ref, abs=1e-3)

@@ -1,0 +1,48 @@
+"""CompSelect end to end on real NQ examples, as configured in conf/method/compselect.yaml, with the committed
+embedded artifacts (extractor and truncator LoRA on SmolLM2, LoRA-tuned MiniLM reranker)."""
+
+from __future__ import annotations
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from harness.config import register_resolvers
+from harness.runner import build_method
+from harness.text import split_sentences
+from tests.conftest import REPO
+
+
+def method_config(name: str):
+    register_resolvers()
+    with initialize_config_dir(str(REPO / "conf"), version_base="1.3"):
+        return compose("config", overrides=[f"method={name}"]).method
+
+
+@pytest.fixture(scope="module")
+def compselect(env):
+    m = build_method(method_config("compselect"))
+    m.bind(env)
+    return m
+
+
+def test_compresses_two_real_examples(compselect, nq5):
+    examples = list(nq5[:2])
+    out = compselect.compress_batch(examples)
+    assert len(out) == 2
+    for ex, c in zip(examples, out, strict=True):
+        meta = c.meta
+        assert set(c.timings) == {"extract", "rerank", "truncate"} and all(t >= 0 for t in c.timings.values())
+        assert sorted(map(tuple, (e["unit"] for e in meta["extracted"]))) == sorted(
+            map(tuple, (r["unit"] for r in meta["ranked"]))
+        )
+        scores = [r["score"] for r in meta["ranked"]]
+        assert scores == sorted(scores, reverse=True)
+        assert meta["kept"] == [r["unit"] for r in meta["ranked"][: meta["k"]]]  # a prefix of the ranking
+        assert [[u.passage, u.sentence] for u in c.units] == meta["kept"]
+        for doc, u in zip(c.documents, c.units, strict=True):  # extractive: the source sentences themselves
+            assert doc == split_sentences(ex.passages[u.passage].text)[u.sentence]
+        assert set(meta["cascade"]) == {"eligible", "recall1", "hit2_at1", "recall3"}
+        assert "truncator_output" in meta or meta["n_clues"] == 0
+    info = compselect.describe()
+    assert set(info["adapters"]) == {"extractor", "truncator"}
+    assert all(a["sha256"] for a in info["adapters"].values()) and info["reranker"]["trained"]["lora"]

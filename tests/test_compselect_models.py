@@ -1,0 +1,193 @@
+"""CompSelect with real models: LoRA on the shared SmolLM2 leaves the generator alone, SFT lowers the loss,
+the reranker trains, and the paper profile's code path runs on tiny random models of the same
+architectures."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import ENCODER, LM
+
+torch = pytest.importorskip("torch")
+
+
+def random_adapter(base, path, target_modules=("q_proj", "v_proj"), r=4, seed=0):
+    """A LoRA adapter with random (non-zero) weights, saved where ``LoraLM`` can load it."""
+    from peft import get_peft_model
+
+    from methods.compselect.lora_lm import weight_sharing_copy
+    from methods.compselect.sft import lora_config, save_adapter
+
+    torch.manual_seed(seed)
+    cfg = lora_config(r, 2 * r, 0.0, target_modules)
+    cfg.init_lora_weights = False  # B != 0: the adapter really changes the outputs
+    return save_adapter(get_peft_model(weight_sharing_copy(base), cfg), path, "test")
+
+
+def logits(model, ids):
+    with torch.inference_mode():
+        return model(input_ids=ids).logits
+
+
+def test_adapters_leave_the_generator_unchanged(generator, tmp_path):
+    from harness.prompt import build_messages
+    from methods.compselect.lora_lm import LoraLM
+
+    prompt = [build_messages("What is the capital of France?", ["Paris is the capital of France."])]
+    ids = torch.tensor([generator._encode(prompt[0])])
+    before_text = generator.generate(prompt)[0].text
+    before_logits = logits(generator.model, ids)
+    a = random_adapter(generator.model, tmp_path / "a")
+    b = random_adapter(generator.model, tmp_path / "b", ("gate_proj", "down_proj"), seed=1)
+    lm = LoraLM(LM, {"extractor": str(a), "truncator": str(b)})
+    assert lm.base is generator.model  # the very same shared instance ...
+    for adapter in ("extractor", "truncator"):
+        with lm._context(adapter):
+            assert not torch.allclose(logits(lm.model, ids), before_logits, atol=1e-3)  # ... adapters act ...
+    with lm._context(None):
+        assert torch.equal(logits(lm.model, ids), before_logits)
+    lm.generate(prompt, "extractor", 4)
+    assert torch.equal(logits(generator.model, ids), before_logits)  # ... and the generator is untouched
+    assert generator.generate(prompt)[0].text == before_text
+    assert type(generator.model.model.layers[0].self_attn.q_proj) is torch.nn.Linear
+
+
+def test_lora_sft_lowers_the_loss_and_round_trips(generator, tmp_path):
+    from methods.compselect.lora_lm import LoraLM
+    from methods.compselect.prompts import truncator_messages, truncator_target
+    from methods.compselect.sft import make_example, save_adapter, train_lora
+
+    lm = LoraLM(LM)
+    ranked = ["The Eiffel Tower was completed in 1889.", "Lyon is a city in France.", "It rains a lot."]
+    data = [
+        make_example(
+            lm,
+            truncator_messages("When was the Eiffel Tower completed?", ranked),
+            truncator_target(ranked, 1),
+        ),
+        make_example(lm, truncator_messages("Where is Lyon?", ranked[::-1]), truncator_target(ranked, 0)),
+    ]
+    assert data[1].target == [lm.eos_ids()[0]]  # the empty set is a bare end-of-turn
+    assert all(len(e.prompt) < 200 for e in data)
+    model, report = train_lora(
+        generator.model,
+        data,
+        data,
+        r=8,
+        alpha=16,
+        dropout=0.0,
+        target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+        lr=2e-3,
+        epochs=3,
+        grad_accum=1,
+        warmup_ratio=0.0,
+        seed=0,
+    )
+    assert report["optimizer_steps"] == 6
+    assert report["val_loss_after"] < 0.7 * report["val_loss_before"]
+    save_adapter(model, tmp_path / "t", LM)
+    loaded = LoraLM(LM, {"truncator": str(tmp_path / "t")})
+    ids = torch.tensor([data[0].prompt])
+    with loaded._context("truncator"):
+        assert torch.allclose(
+            logits(loaded.model, ids), logits(model, ids), atol=2e-2
+        )  # fp16 weights on disk
+
+
+def test_reranker_training_lowers_the_loss(tmp_path):
+    from methods.compselect.rerank_train import save_reranker, train_reranker
+    from methods.compselect.reranker import ClueReranker
+
+    qs = ["who wrote hamlet", "capital of peru", "boiling point of water", "largest planet"]
+    pos = [
+        "Hamlet is a tragedy by William Shakespeare.",
+        "Lima is the capital of Peru.",
+        "Water boils at 100 degrees Celsius at sea level.",
+        "Jupiter is the largest planet.",
+    ]
+    neg = [
+        "Hamlet is a small village.",
+        "Peru borders Chile.",
+        "Water covers most of Earth.",
+        "Planets orbit stars.",
+    ]
+    triplets = list(zip(qs, pos, neg, strict=True))
+    st, report = train_reranker(
+        ENCODER,
+        triplets,
+        triplets,
+        lora={"r": 8, "alpha": 16},
+        lr=1e-3,
+        epochs=6,
+        batch_size=4,
+        warmup_steps=1,
+        scale=20.0,
+        seed=0,
+        max_seq_length=64,
+    )
+    assert report["steps"] == 6
+    assert report["step_losses"][-1] < report["step_losses"][0]
+    save_reranker(st, tmp_path / "r", ENCODER, lora=True)
+    scorer = ClueReranker(ENCODER, str(tmp_path / "r"))
+    s = scorer.score(qs[1], [neg[1], pos[1]])
+    assert s[1] > s[0]
+    direct = st.encode([qs[1], pos[1]], normalize_embeddings=True)
+    assert abs(float(direct[0] @ direct[1]) - s[1]) < 1e-2  # merged fp16 adapter == the trained model
+
+
+def test_paper_profile_path_on_tiny_random_models(tmp_path, generator):
+    """Llama-3.2-3B and distilbert are hub checkpoints: the same code on tiny random models of their
+    classes."""
+    from transformers import DistilBertConfig, DistilBertModel, LlamaConfig, LlamaForCausalLM
+
+    from methods.compselect.lora_lm import LoraLM
+    from methods.compselect.rerank_train import save_reranker, train_reranker
+    from methods.compselect.reranker import ClueReranker
+
+    tok = generator.tokenizer
+    torch.manual_seed(0)
+    llama = LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=len(tok),
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            eos_token_id=tok.eos_token_id,
+            pad_token_id=tok.pad_token_id,
+        )
+    )
+    llama.save_pretrained(tmp_path / "llama")
+    tok.save_pretrained(tmp_path / "llama")
+    adapter = random_adapter(llama, tmp_path / "lora", target_modules="all-linear", r=64)
+    lm = LoraLM(str(tmp_path / "llama"), {"extractor": str(adapter)}, dtype="bfloat16")
+    out = lm.generate([[{"role": "user", "content": "Question: who?"}]], "extractor", 5)
+    assert isinstance(out[0], str)
+
+    DistilBertModel(
+        DistilBertConfig(vocab_size=30522, dim=32, hidden_dim=64, n_layers=2, n_heads=2)
+    ).save_pretrained(tmp_path / "distilbert")
+    from transformers import AutoTokenizer
+
+    from harness.models import resolve
+
+    AutoTokenizer.from_pretrained(resolve(ENCODER).path).save_pretrained(tmp_path / "distilbert")
+    base = str(tmp_path / "distilbert")
+    trip = [("q one", "a positive", "a negative"), ("q two", "b positive", "b negative")]
+    st, report = train_reranker(
+        base,
+        trip,
+        trip,
+        lora=None,
+        lr=1e-3,
+        epochs=1,
+        batch_size=2,
+        warmup_steps=1,
+        scale=20.0,
+        seed=0,
+        max_seq_length=32,
+    )
+    save_reranker(st, tmp_path / "full", base, lora=False)
+    scores = ClueReranker(base, str(tmp_path / "full")).score("q one", ["a positive", "b negative"])
+    assert len(scores) == 2 and report["steps"] == 1

@@ -1,0 +1,193 @@
+"""CompSelect's rules without a model: clue parsing and mapping, KNN targets, truncation labels, cascade
+flags."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from methods.compselect.cache import CallCache
+from methods.compselect.cascade import cascade
+from methods.compselect.labels import (
+    answer_sentences,
+    knn_expand,
+    order_by_similarity,
+    reranker_pairs,
+    truncation_label,
+)
+from methods.compselect.parsing import map_clues, parse_lines, parse_truncation
+from methods.compselect.prompts import truncator_target
+from methods.compselect.train import truncation_labels
+
+SOURCES = [
+    "Paris is the capital and most populous city of France.",
+    "The Eiffel Tower was completed in 1889.",
+    "It is named after the engineer Gustave Eiffel.",
+    "Lyon is the third-largest city of France.",
+]
+
+
+def test_parse_lines_reads_numbers_and_strips_prefixes():
+    out = "Sentence 1: Alpha beta.\n\nsentence 2 : Gamma.\n- Delta.\n3. Epsilon.\nDocument 4: Zeta."
+    assert parse_lines(out) == [
+        (1, "Alpha beta."),
+        (2, "Gamma."),
+        (None, "Delta."),
+        (None, "Epsilon."),
+        (None, "Zeta."),
+    ]
+
+
+def test_clues_map_back_to_sources_despite_small_edits():
+    out = (
+        "Sentence 1: The Eiffel Tower was completed in 1889.\n"  # exact copy
+        "Sentence 2: Paris is the capital and most populous city in France\n"  # one word changed, no period
+        "Sentence 3: Berlin is the capital of Germany.\n"  # not in the documents
+        "Sentence 4: The Eiffel Tower was completed in 1889."  # a repeat
+    )
+    clues, dropped = map_clues(out, SOURCES)
+    assert [c.source for c in clues] == [1, 0]
+    assert clues[0].score == 1.0 and 0.8 <= clues[1].score < 1.0
+    assert clues[1].text == SOURCES[0]  # the generator sees the source sentence, not the edited copy
+    assert dropped == ["Berlin is the capital of Germany."]
+
+
+def test_merged_line_is_split_and_each_sentence_mapped():
+    out = (
+        "Sentence 1: It is named after the engineer Gustave Eiffel. Lyon is the third-largest city of France."
+    )
+    clues, dropped = map_clues(out, SOURCES)
+    assert [c.source for c in clues] == [2, 3] and dropped == []
+
+
+def test_mapping_threshold_is_configurable():
+    line = "Sentence 1: Paris is the capital of France."
+    assert map_clues(line, SOURCES, threshold=0.8)[0] == []
+    assert [c.source for c in map_clues(line, SOURCES, threshold=0.6)[0]] == [0]
+
+
+def test_truncator_text_output_gives_prefix_length():
+    ranked = SOURCES[:3]
+    assert parse_truncation("Sentence 1: " + ranked[0] + "\nSentence 2: " + ranked[1], ranked) == 2
+    assert parse_truncation("Sentence 1: " + ranked[2], ranked) == 3  # reproduces rank 3: keep up to it
+    assert parse_truncation(truncator_target(ranked, 3), ranked) == 3
+
+
+def test_empty_truncation():
+    ranked = SOURCES[:3]
+    assert truncator_target(ranked, 0) == ""
+    assert parse_truncation("", ranked) == 0
+    assert parse_truncation("I cannot tell.", ranked) == 0
+    assert parse_truncation("0", ranked, mode="index") == 0 and truncator_target(ranked, 0, "index") == "0"
+    assert parse_truncation("K = 7", ranked, mode="index") == 3  # clamped to n
+
+
+def test_answer_sentences_use_the_authors_raw_match():
+    sents = ["He was born in Paris.", "PARIS is big.", "Nothing here."]
+    assert answer_sentences(sents, ["Paris"]) == [0]
+    assert answer_sentences(sents, ["Paris"], match="normalized") == [0, 1]
+
+
+def test_knn_expansion_on_hand_made_embeddings():
+    def unit(deg):
+        r = np.deg2rad(deg)
+        return [np.cos(r), np.sin(r)]
+
+    # angles from the seed (row 0): cosine distance 1 - cos(theta)
+    emb = np.array([unit(0), unit(10), unit(25), unit(35), unit(90)])  # distances 0, .015, .094, .181, 1
+    assert knn_expand(emb, [0], 0.0) == [0]
+    assert knn_expand(emb, [0], 0.05) == [0, 1]
+    assert knn_expand(emb, [0], 0.1) == [0, 1, 2]
+    assert knn_expand(emb, [0], 0.15) == [0, 1, 2]
+    assert knn_expand(emb, [0, 4], 0.05) == [0, 1, 4]  # near any seed
+    assert knn_expand(emb, [], 0.15) == []
+    query = np.array(unit(30))
+    assert order_by_similarity([0, 1, 2], emb, query) == [2, 1, 0]
+
+
+def fake_generator_verdict(docs: list[str]) -> bool:
+    """A deterministic 'generator': right when the answer clue is shown among at most 4 clues."""
+    return any("ANSWER" in d for d in docs) and len(docs) <= 4
+
+
+def test_truncation_label_is_the_papers_argmin():
+    ranked = ["c1", "c2", "ANSWER c3", "c4", "c5", "c6"]
+    calls = []
+
+    def correct(k):
+        calls.append(k)
+        return fake_generator_verdict(ranked[:k])
+
+    assert truncation_label(len(ranked), correct) == 3
+    assert calls == [1, 2, 3]  # scans upwards and stops at the first correct prefix
+    assert truncation_label(len(ranked), correct, scan="authors_code") == 4  # the released code's largest k
+    assert truncation_label(len(ranked), lambda k: False) == 0  # no prefix suffices: the empty set
+    assert truncation_label(0, correct) == 0
+    with pytest.raises(ValueError):
+        truncation_label(3, correct, scan="middle")
+
+
+def test_truncation_labels_batched_scan_matches_the_rule():
+    class Labeller:
+        def __init__(self):
+            self.batches = []
+
+        def correct(self, items):
+            self.batches.append(len(items))
+            return [fake_generator_verdict(docs) for _, docs, _ in items]
+
+    questions = [
+        ("q1", ["ANSWER a", "b"], ["x"]),
+        ("q2", ["a", "b", "ANSWER c"], ["x"]),
+        ("q3", ["a", "b"], ["x"]),
+        ("q4", ["a", "b", "c", "d", "ANSWER e"], ["x"]),
+    ]
+    lab = Labeller()
+    assert truncation_labels(lab, questions, "argmin") == [1, 3, 0, 0]
+    assert lab.batches == [4, 3, 2, 1, 1]  # lock-step rounds; a question leaves at its first correct prefix
+
+
+def test_reranker_pairs_drop_all_or_none_positive():
+    assert reranker_pairs(["a", "b", "c"], [True, False, False]) == [("a", "b"), ("a", "c")]
+    assert reranker_pairs(["a", "b"], [True, True]) == []
+    assert reranker_pairs(["a", "b"], [False, False]) == []
+
+
+def test_cascade_flags():
+    passages = ["The tower opened in 1889 in Paris."]
+    c = cascade(passages, ["Opened in 1889.", "Other."], ["Other.", "Opened in 1889."], ["Other."], ["1889"])
+    assert c == {"eligible": True, "recall1": 1.0, "hit2_at1": 0.0, "recall3": 0.0}
+    c = cascade(passages, [], [], [], ["1890"])
+    assert c["eligible"] is False and c["recall1"] is None
+
+
+def test_call_cache_computes_each_prompt_once(tmp_path):
+    calls = []
+
+    def compute(prompts):
+        calls.extend(prompts)
+        return [p.upper() for p in prompts]
+
+    cache = CallCache(tmp_path / "c.jsonl", {"model": "m", "path": "/somewhere"})
+    assert cache.get(["a", "b", "a"], compute) == ["A", "B", "A"]
+    again = CallCache(tmp_path / "c.jsonl", {"model": "m", "path": "/elsewhere"})  # paths do not key
+    assert again.get(["b", "a"], compute) == ["B", "A"]
+    assert calls == ["a", "b"] and again.hits == 2
+    other = CallCache(tmp_path / "c.jsonl", {"model": "m2"})
+    other.get(["a"], compute)
+    assert calls == ["a", "b", "a"]
+
+
+def test_empty_truncation_means_closed_book():
+    from harness.types import Example, Passage, Unit
+    from methods.compselect.method import CompSelect, ExtractorInput
+    from methods.compselect.parsing import Clue
+
+    ex = Example("x", "When was the tower completed?", ("1889",), (Passage(" ".join(SOURCES)),))
+    x = ExtractorInput([], [Unit(0, i) for i in range(4)], SOURCES, 4)
+    clues = [Clue(1, SOURCES[1], SOURCES[1], 1.0), Clue(0, SOURCES[0], SOURCES[0], 1.0)]
+    empty = CompSelect._result(ex, x, clues, [], clues, [0.9, 0.1], 0, "", {"extract": 1.0})
+    assert empty.documents == [] and empty.units == [] and empty.meta["kept"] == []
+    assert empty.meta["cascade"] == {"eligible": True, "recall1": 1.0, "hit2_at1": 1.0, "recall3": 0.0}
+    one = CompSelect._result(ex, x, clues, [], clues, [0.9, 0.1], 1, "Sentence 1: ...", {"extract": 1.0})
+    assert one.documents == [SOURCES[1]] and one.units == [Unit(0, 1)] and one.meta["k"] == 1

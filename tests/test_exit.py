@@ -1,0 +1,151 @@
+"""EXIT: the verbatim prompt, P(Yes) from the real SmolLM2, the threshold, original order, the LoRA path."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness import resources
+from harness.text import split_sentences
+from harness.types import Example, Passage, Unit
+from methods.exit import Exit
+
+LM = "embedded:smollm2-135m-instruct"
+# EXIT's classification prompt (paper Table 6; ThisIsHwang/EXIT compressors/baselines/exit/core.py)
+EXIT_PROMPT = (
+    "<start_of_turn>user\nQuery:\n{query}\nFull context:\n{context}\nSentence:\n{sentence}\n"
+    'Is this sentence useful in answering the query? Answer only "Yes" or "No".<end_of_turn>\n'
+    "<start_of_turn>model\n"
+)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread(env):
+    """One intra-op thread for this module (restored after): on the shared 2-core dev machine under load,
+    two OpenMP threads ran these forward passes 10-20x slower than one. Results do not depend on it."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _bound(env, **kw) -> Exit:
+    kw.setdefault("device", "cpu")
+    ex = Exit(kw.pop("model", LM), **kw)
+    ex.bind(env)
+    return ex
+
+
+@pytest.fixture(scope="module")
+def small():
+    """Two short passages, five sentences: the real-model tests stay fast on two CPU cores."""
+    return Example(
+        "t0",
+        "What is the capital of France?",
+        ("Paris",),
+        (
+            Passage(
+                "Paris is the capital of France. The city has two million residents. It hosts the Louvre.",
+                "Paris",
+            ),
+            Passage("Berlin is the capital of Germany. It is known for its art scene.", "Berlin"),
+        ),
+    )
+
+
+@pytest.fixture(scope="module")
+def scores(env, small):
+    return _bound(env).compress(small).meta["scores"]
+
+
+ALL = [Unit(0, 0), Unit(0, 1), Unit(0, 2), Unit(1, 0), Unit(1, 1)]
+
+
+def test_literal_prompt_is_exits_verbatim(env):
+    ex = _bound(env, prompt="literal")
+    head, tail = ex._encode("who won?", "Title\nSome text.", "Some text.")
+    expected = EXIT_PROMPT.format(query="who won?", context="Title\nSome text.", sentence="Some text.")
+    assert ex.tokenizer.decode(head + tail) == expected
+
+
+def test_chat_prompt_wraps_the_same_user_turn(env):
+    ex = _bound(env, prompt="chat")
+    head, tail = ex._encode("who won?", "Some text.", "Some text.")
+    text = ex.tokenizer.decode(head + tail)
+    user = EXIT_PROMPT.split("<start_of_turn>user\n")[1].split("<end_of_turn>")[0]
+    assert user.format(query="who won?", context="Some text.", sentence="Some text.") in text
+    assert text.endswith("<|im_start|>assistant\n")
+
+
+def test_shared_prefix_scores_equal_left_padded_full_prompts(env, small, scores):
+    full = _bound(env, share_prefix=False, batch_size=2).compress(small).meta["scores"]
+    assert len(scores) == 5 and scores == pytest.approx(full, abs=2e-4)
+    assert all(0 < p < 1 for p in scores) and len(set(scores)) == 5
+
+
+def test_threshold_selects_in_original_order(env, small, scores):
+    cut = sorted(scores)[2]
+    comp = _bound(env, threshold=cut).compress(small)
+    expected = [u for u, x in zip(ALL, scores, strict=True) if x >= cut]
+    assert comp.units == expected and len(expected) == 3
+    sents = [split_sentences(p.text) for p in small.passages]
+    by_passage = {}
+    for u in expected:
+        by_passage.setdefault(u.passage, []).append(sents[u.passage][u.sentence])
+    assert comp.documents == [" ".join(by_passage[p]) for p in sorted(by_passage)]
+    assert comp.meta["requested"] == {"threshold": cut}
+
+
+def test_threshold_zero_keeps_all_and_above_one_keeps_none(env, small):
+    everything = _bound(env, threshold=0.0).compress(small)
+    assert everything.units == ALL and everything.documents == [p.text for p in small.passages]
+    nothing = _bound(env, threshold=1.01).compress(small)
+    assert nothing.documents == [] and nothing.units == []
+
+
+def test_empty_inputs(env):
+    ex = _bound(env)
+    for example in (Example("e0", "who?", ("x",), ()), Example("e1", "who?", ("x",), (Passage(" ", "T"),))):
+        comp = ex.compress(example)
+        assert comp.documents == [] and comp.units == [] and comp.meta["scores"] == []
+
+
+def test_lora_path_with_a_tiny_random_gemma(env, tmp_path, small):
+    """The paper profile's path: a Gemma base + peft LoRA, EXIT's literal prompt; shared base untouched."""
+    import torch
+    from peft import LoraConfig, PeftModel, get_peft_model
+    from transformers import AutoTokenizer, GemmaConfig, GemmaForCausalLM
+
+    from harness.models import resolve
+
+    tok = AutoTokenizer.from_pretrained(resolve(LM).path)  # Gemma's tokenizer needs the hub
+    cfg = GemmaConfig(
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        pad_token_id=tok.pad_token_id,
+    )
+    torch.manual_seed(0)
+    base_dir, lora_dir = tmp_path / "base", tmp_path / "lora"
+    GemmaForCausalLM(cfg).save_pretrained(base_dir)
+    tok.save_pretrained(base_dir)
+    lora = get_peft_model(
+        GemmaForCausalLM.from_pretrained(base_dir),
+        LoraConfig(r=4, lora_alpha=32, target_modules=["q_proj", "v_proj"], init_lora_weights=False),
+    )
+    lora.save_pretrained(lora_dir)
+
+    plain = _bound(env, model=str(base_dir), prompt="literal")
+    tuned = _bound(env, model=str(base_dir), adapter=str(lora_dir), prompt="literal")
+    assert isinstance(tuned.model, PeftModel) and not isinstance(plain.model, PeftModel)
+    assert plain.model is resources.causal_lm(str(base_dir))[0]
+    assert not any("lora" in n for n, _ in plain.model.named_modules())  # the shared instance is not wrapped
+    a, b = plain.compress(small).meta["scores"], tuned.compress(small).meta["scores"]
+    assert len(a) == len(b) == 5 and a != pytest.approx(b, abs=1e-4)
+    full = _bound(env, model=str(base_dir), adapter=str(lora_dir), prompt="literal", share_prefix=False)
+    assert full.compress(small).meta["scores"] == pytest.approx(b, abs=2e-4)

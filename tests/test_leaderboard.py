@@ -1,0 +1,375 @@
+"""The leaderboard: reference numbers against papers.md, bootstrap statistics, collecting run folders, and
+publishing every output, on hand-made run folders (written with the harness's own scoring and summary code)
+and on one real tiny run of the embedded generator."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from harness.metrics import score
+from harness.records import summarize
+from leaderboard import reference, stats, tables
+from leaderboard.collect import collect, model_ids, read_predictions
+from leaderboard.publish import publish
+
+PAPERS = Path(__file__).resolve().parents[2] / "shared" / "reference" / "papers.md"
+
+
+# ------------------------------------------------------------------------------------------ hand-made runs
+def write_run(
+    root: Path,
+    method: str,
+    dataset: str,
+    answers: list[tuple[str, list[str]]],
+    *,
+    generator="gen-a",
+    profile="embedded",
+    overrides: str = "",
+    finished="2026-11-20T10:00:00+0000",
+    tokens=(100, 25),
+    times=(0.01, 0.5),
+    oracle=False,
+    commit="abc123",
+) -> Path:
+    """A run folder in the harness's layout; records scored by ``harness.metrics.score`` and summarised by
+    ``harness.records.summarize``, so the files have exactly the harness's shape."""
+    folder = root / profile / generator / dataset / method / overrides
+    (folder / ".hydra").mkdir(parents=True, exist_ok=True)
+    preds = []
+    for i, (pred, golds) in enumerate(answers):
+        preds.append(
+            {
+                "id": f"{dataset}-{i}",
+                "question": f"q{i}",
+                "answers": golds,
+                "prediction": pred,
+                "context": "ctx",
+                "original_tokens": tokens[0],
+                "compressed_tokens": tokens[1],
+                "compress_s": times[0],
+                "generate_s": times[1],
+                **score(pred, golds),
+            }
+        )
+    (folder / "predictions.jsonl").write_text("".join(json.dumps(p) + "\n" for p in preds))
+    (folder / "run.json").write_text(json.dumps({"key": f"key-{method}-{dataset}", "config": {}}))
+    (folder / ".hydra" / "hydra.yaml").write_text(f"hydra:\n  job:\n    override_dirname: '{overrides}'\n")
+    summary = {
+        "method": method,
+        "dataset": dataset,
+        "split": "test",
+        "generator": generator,
+        "profile": profile,
+        **summarize(preds),
+        "config_key": f"key-{method}-{dataset}",
+        "method_info": {
+            "name": method,
+            "oracle": oracle,
+            "encoder": {"ref": "embedded:all-minilm-l6-v2", "sha256": "f" * 64},
+        },
+        "generator_info": {
+            "name": generator,
+            "backend": "transformers",
+            "model": {"ref": "embedded:smollm2-135m-instruct", "sha256": "b179c9523d0e99"},
+        },
+        "git": {"commit": commit, "dirty": False},
+        "packages": {"numpy": "2"},
+        "finished_at": finished,
+    }
+    (folder / "summary.json").write_text(json.dumps(summary))
+    return folder
+
+
+def grid(root: Path, n: int = 40, generator: str = "gen-a", datasets=("nq", "triviaqa")) -> None:
+    """full right on 60% of n, bm25 on 30% (CR 4), naive on 10% (no context), oracle on 90%."""
+    for ds in datasets:
+        for method, right, tokens, oracle in (
+            ("full", 0.6, (100, 100), False),
+            ("bm25", 0.3, (100, 25), False),
+            ("naive", 0.1, (100, 0), False),
+            ("oracle_sentences", 0.9, (100, 10), True),
+        ):
+            k = int(right * n)
+            answers = [("Paris" if i < k else "London", ["Paris"]) for i in range(n)]
+            write_run(
+                root,
+                method,
+                ds,
+                answers,
+                generator=generator,
+                tokens=tokens,
+                oracle=oracle,
+                times=(0.0 if method in ("full", "naive") else 0.05, 0.4 * tokens[1] / 100 + 0.1),
+            )
+
+
+# ------------------------------------------------------------------------------------------ reference rows
+def _papers_row(heading: str, first_cell: str, text: str, occurrence: int = 0) -> list[str]:
+    """The cells of the table row whose label (first non-empty cells) is ``first_cell`` under ``heading``."""
+    part = text[text.index(heading) :]
+    rows = [ln for ln in part.splitlines() if ln.startswith("|")]
+    hits = [
+        [c.strip() for c in ln.strip("|").split("|")]
+        for ln in rows
+        if first_cell in [c.strip().strip("*") for c in ln.strip("|").split("|")][:2]
+    ]
+    return hits[occurrence]
+
+
+@pytest.mark.skipif(not PAPERS.is_file(), reason=f"papers.md not found at {PAPERS}")
+def test_reference_numbers_match_the_text_of_papers_md():
+    text = PAPERS.read_text(encoding="utf-8")
+    ref = reference.load_reference()
+
+    def ours(**kw) -> str:
+        sel = ref
+        for k, v in kw.items():
+            sel = sel[sel[k] == v]
+        assert len(sel) == 1, kw
+        return sel.value_text.iloc[0]
+
+    # CompSelect Table 2, both generators (Generator, Method, NQ SubEM, NQ F1, NQ CR, TQA ..., HQA ...)
+    row = _papers_row("### 5.2 Table 2", "Full Content", text, 0)
+    assert (
+        row[2]
+        == ours(
+            source="000 CompSelect",
+            table="Table 2",
+            generator="LLaMA3-8B-Instruct",
+            method="Full Content",
+            dataset="nq",
+            metric="subem",
+        )
+        == "45.87"
+    )
+    row = _papers_row("### 5.2 Table 2", "CompSelect (ε=0)", text, 1)  # the Qwen3-14B block
+    assert (
+        row[4].strip("*×")
+        == ours(table="Table 2", generator="Qwen3-14B", method="CompSelect (ε=0)", dataset="nq", metric="cr")
+        == "16.75"
+    )
+    row = _papers_row("**Table 12 — LLaMA3.3-70B", "BottleNeck", text)
+    assert row[8] == ours(table="Table 12", method="BottleNeck", dataset="hotpotqa", metric="f1") == "37.76"
+    row = _papers_row("### 3.8 Results — Table 1", "FineFilter", text, 1)  # Mistral-7B backbone block
+    assert (
+        row[7].strip("*×")
+        == ours(
+            source="003 FineFilter",
+            table="Table 1",
+            method="FineFilter",
+            condition="backbone Mistral-7B-Instruct",
+            dataset="triviaqa",
+            metric="cr",
+        )
+        == "16.49"
+    )
+    row = _papers_row("**Qwen2.5-7B(-Instruct) generator**", "CSM-st", text)
+    assert (
+        row[5]
+        == ours(
+            source="002 CI/CSM",
+            generator="Qwen2.5-7B-Instruct",
+            method="CSM-st",
+            dataset="2wiki",
+            metric="f1",
+        )
+        == "48.67"
+    )
+    row = _papers_row("**Table 1 — noise robustness, top-k = 100", "Ours", text, 1)  # the WebQ block
+    assert (
+        row[7].split()[0]
+        == ours(
+            source="004 EDC2-RAG",
+            table="Table 1",
+            method="EDC2-RAG (Ours)",
+            dataset="webq",
+            condition="top-100, noise 100%",
+        )
+        == "84.23"
+    )
+
+
+@pytest.mark.skipif(not PAPERS.is_file(), reason=f"papers.md not found at {PAPERS}")
+def test_every_reference_number_is_printed_in_papers_md_and_fully_tagged():
+    text = PAPERS.read_text(encoding="utf-8")
+    ref = reference.load_reference()
+    assert len(ref) > 900
+    for col in ("source", "table", "setting", "generator", "method", "dataset", "metric"):
+        assert (ref[col] != "").all(), col
+    numbers = set(re.findall(r"\d+(?:\.\d+)?", text))
+    assert set(ref.value_text) <= numbers
+    assert set(ref.setting) <= set(reference.settings())
+    # BottleNeck has no adapter, but its rows are there for both Table 2 generators and Table 12
+    bn = ref[(ref.method == "BottleNeck") & (ref.setting == "compselect")]
+    assert set(bn.generator) == {"LLaMA3-8B-Instruct", "Qwen3-14B", "LLaMA3.3-70B-Instruct"}
+    # metric names keep incomparable definitions apart: only CompSelect has SubEM, only FineFilter char-F1
+    assert set(ref[ref.metric == "subem"].setting) == {"compselect"}
+    assert set(ref[ref.metric == "f1_char"].setting) == {"finefilter"}
+    assert set(ref[ref.metric == "f1_rewritten"].setting) == {"edc2"}
+
+
+# ------------------------------------------------------------------------------------------ statistics
+def test_bootstrap_interval_brackets_the_mean_and_is_seeded():
+    x = np.array([1] * 30 + [0] * 70)
+    a, b = stats.bootstrap_ci(x, seed=1), stats.bootstrap_ci(x, seed=1)
+    assert a == b and a.lo < 30 < a.hi and a.mean == pytest.approx(30)
+    assert 14 < a.hi - a.lo < 22  # about 2 x 1.96 x sqrt(.3 x .7 / 100) = 18 points
+    c = stats.bootstrap_ci(np.ones(20))
+    assert (c.lo, c.mean, c.hi) == (100, 100, 100)
+
+
+def test_paired_bootstrap_no_change_is_not_significant_and_a_clear_drop_is():
+    a = np.array([1, 0, 1, 1, 0] * 8)
+    same = stats.paired_bootstrap(a, a)
+    assert (same.delta, same.lo, same.hi, same.p, same.significant) == (0, 0, 0, 1.0, False)
+    b = a.copy()
+    b[:12] = 0  # 7 of these 12 were right: a 7-example drop on 40
+    drop = stats.paired_bootstrap(b, a)
+    assert drop.delta == pytest.approx(-17.5) and drop.hi < 0 and drop.significant and drop.p < 0.05
+    one = b.copy()
+    one[:12] = a[:12]
+    one[0] = 0  # a single flipped example is within the noise
+    assert not stats.paired_bootstrap(one, a).significant
+
+
+# ------------------------------------------------------------------------------------------ collecting
+def test_collect_keeps_the_newest_run_of_each_key_with_its_provenance(tmp_path):
+    old = [("Paris", ["Paris"])] * 2 + [("no", ["Paris"])] * 2
+    new = [("Paris", ["Paris"])] * 4
+    write_run(tmp_path / "a", "bm25", "nq", old, finished="2026-11-20T10:00:00+0000", commit="old")
+    write_run(tmp_path / "b", "bm25", "nq", new, finished="2026-11-21T10:00:00+0000", commit="new")
+    write_run(tmp_path / "b", "bm25", "nq", old, overrides="method.top_k=2")
+    df = collect([tmp_path / "a", tmp_path / "b"])
+    assert list(df.variant) == ["bm25", "bm25[method.top_k=2]"]
+    top = df.set_index("variant").loc["bm25"]
+    assert (top.subem, top.commit, top.runs_seen, top.n) == (100.0, "new", 2, 4)
+    assert top.generator_model == "embedded:smollm2-135m-instruct@b179c9523d0e"
+    assert top.method_models == "embedded:all-minilm-l6-v2@ffffffffffff"
+    assert top.config_key == "key-bm25-nq"
+
+
+def test_read_predictions_takes_the_examples_of_the_summary(tmp_path):
+    f = write_run(tmp_path, "full", "nq", [("Paris", ["Paris"]), ("x", ["Paris"]), ("Paris", ["Paris"])])
+    with (f / "predictions.jsonl").open("a") as h:  # a later resume with a larger limit, then a torn line
+        h.write(json.dumps({"id": "nq-3", "subem": 1, "em": 1, "f1": 1}) + '\n{"id": ')
+    assert list(read_predictions(f, 3).id) == ["nq-0", "nq-1", "nq-2"]
+    assert len(read_predictions(f)) == 4
+
+
+def test_model_ids_finds_nested_model_references():
+    info = {
+        "name": "x",
+        "scorer": {"model": {"ref": "embedded:a", "revision": "r1"}, "encoder_ref": "b"},
+        "checkpoint": "fangyuan/nq_extractive_compressor",
+    }
+    assert model_ids(info) == ["embedded:a@r1", "b", "fangyuan/nq_extractive_compressor"]
+
+
+def test_uncertainty_marks_differences_from_full_that_are_not_significant(tmp_path):
+    grid(tmp_path, n=40)
+    # a run indistinguishable from full: one answer changed
+    write_run(tmp_path, "bm25_close", "nq", [("Paris" if i < 23 else "London", ["Paris"]) for i in range(40)])
+    df = stats.add_uncertainty(collect(tmp_path)).set_index(["dataset", "variant"])
+    assert df.recomputed.all()
+    assert df.loc[("nq", "bm25"), "d_subem"] == pytest.approx(-30) and df.loc[("nq", "bm25"), "sig_subem"]
+    assert df.loc[("nq", "bm25_close"), "d_subem"] == pytest.approx(-2.5)
+    assert not df.loc[("nq", "bm25_close"), "sig_subem"]
+    assert pd.isna(df.loc[("nq", "full"), "d_subem"])
+    lo, hi = df.loc[("nq", "full"), ["subem_lo", "subem_hi"]]
+    assert lo < 60 < hi
+    t2 = tables.table2(df.reset_index(), "embedded", "gen-a")
+    assert bool(t2.nonsig.loc["bm25_close", ("nq", "subem")]) and not t2.nonsig.loc["bm25", ("nq", "subem")]
+    # best: the oracle (90%) is excluded, so full's 60 is bold; CR best is bm25's 4x
+    assert t2.best.loc["full", ("nq", "subem")] and not t2.best.loc["oracle_sentences", ("nq", "subem")]
+    assert t2.best.loc["bm25", ("nq", "cr")]
+
+
+def test_latency_break_even_against_full(tmp_path):
+    grid(tmp_path, n=10, datasets=("nq",))
+    lat = tables.latency(collect(tmp_path)).set_index("variant")
+    # bm25: generation 0.2 s vs full's 0.5 s saves 0.3 s for 0.05 s of compression
+    assert lat.loc["bm25", "generation_saved_s"] == pytest.approx(0.3)
+    assert lat.loc["bm25", "break_even"] == pytest.approx(0.05 / 0.3)
+    assert lat.loc["bm25", "pays_off"] and pd.isna(lat.loc["full", "break_even"])
+
+
+def test_comparison_puts_the_papers_rows_beside_ours_with_the_difference(tmp_path):
+    grid(tmp_path, n=10, generator="llama3-8b-instruct", datasets=("nq",))
+    df = collect(tmp_path)
+    cmp = reference.comparison(df, reference.load_reference(), "embedded", "llama3-8b-instruct")
+    full = cmp[cmp.paper_method == "Full Content"].iloc[0]
+    assert full.variant == "full" and full.same_generator
+    assert (full.nq_subem_ours, full.nq_subem_paper) == (60.0, 45.87)
+    assert full.nq_subem_diff == pytest.approx(60 - 45.87)
+    bottleneck = cmp[cmp.paper_method == "BottleNeck"].iloc[0]
+    assert pd.isna(bottleneck.variant) and bottleneck.nq_cr_paper == 14.32 and pd.isna(bottleneck.nq_cr_ours)
+    # an embedded generator is compared with the anchor generator, flagged as a different one
+    assert reference.paper_generator("smollm2-135m-instruct") == ("LLaMA3-8B-Instruct", False)
+
+
+def test_publish_writes_every_output_from_hand_made_runs(tmp_path):
+    grid(tmp_path / "res", n=20)
+    files = publish(tmp_path / "res", tmp_path / "out", resamples=200)
+    names = {f.name for f in files}
+    assert {
+        "leaderboard.md",
+        "index.html",
+        "runs.csv",
+        "latency.csv",
+        "table2_embedded_gen-a.csv",
+        "table2_embedded_gen-a.tex",
+        "subem_vs_cr_embedded_gen-a.png",
+        "latency_embedded_gen-a.png",
+    } <= names
+    md = (tmp_path / "out" / "leaderboard.md").read_text()
+    assert "| full | **60.00** |" in md  # best non-oracle SubEM on NQ in bold
+    assert "oracle_sentences (oracle) | 90.00 |" in md
+    assert "DIFFERENT generator" in md and "BottleNeck" in md and "setting `finefilter`" in md
+    tex = (tmp_path / "out" / "table2_embedded_gen-a.tex").read_text()
+    assert "\\textbf{60.00}" in tex and "\\begin{tabular}{lrrrrrr}" in tex
+    for f in files:
+        if f.suffix == ".png":
+            assert f.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f.stat().st_size > 10_000
+
+
+def test_publish_on_real_runs_of_the_embedded_generator(tmp_path):
+    """One real tiny run per method (nq, 3 examples) through the harness's run loop, then publish."""
+    from hydra import compose, initialize_config_dir
+
+    from harness.config import register_resolvers
+    from harness.provenance import REPO_ROOT
+    from harness.runner import run
+
+    register_resolvers()
+    with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base="1.3"):
+        for m in ("naive", "full", "bm25"):
+            over = [f"method={m}", "dataset=nq", "limit=3", "progress=false", "+generator.threads=1"]
+            cfg = compose("config", overrides=over)
+            run(cfg, tmp_path / "res" / "embedded" / cfg.generator.name / "nq" / m)
+    publish(tmp_path / "res", tmp_path / "out", resamples=100)
+    runs = pd.read_csv(tmp_path / "out" / "runs.csv").set_index("variant")
+    assert set(runs.index) == {"naive", "full", "bm25"} and runs.recomputed.all()
+    summary = json.loads((tmp_path / "res/embedded/smollm2-135m-instruct/nq/bm25/summary.json").read_text())
+    assert runs.loc["bm25", "cr"] == pytest.approx(summary["cr"]) and summary["cr"] > 2
+    md = (tmp_path / "out" / "leaderboard.md").read_text()
+    assert f"{summary['subem']:.2f}" in md and f"{summary['cr']:.2f}×" in md
+
+
+def test_pareto_front_keeps_the_runs_no_other_run_beats_on_both_subem_and_cr():
+    from leaderboard.plots import pareto_front
+
+    pts = [
+        ("full", 1, 60),
+        ("bm25", 4, 30),
+        ("weak", 2, 20),
+        ("bm25_k2", 4, 25),
+        ("tiny", 8, 30),
+        ("mid", 3, 45),
+    ]
+    assert pareto_front(pts) == ["full", "mid", "tiny"]
