@@ -96,18 +96,14 @@ class Exit(Compressor):
 
             device = "cuda" if torch.cuda.is_available() else "cpu"
         if self.adapter is None and device == "cpu":
-            self.model, self.tokenizer = resources.causal_lm(
-                self.model_ref, self.dtype, self.trust_remote_code
-            )
+            self.model, self.tokenizer = resources.causal_lm(self.model_ref, self.dtype, self.trust_remote_code)
         else:  # a LoRA changes the base model in place: never wrap the shared plain instance
             key = ("exit_classifier", self.model_ref, self.adapter, self.dtype, device)
             self.model, self.tokenizer = resources.shared(key, lambda: self._load(device))
         tok = self.tokenizer
         yes, no = (tok.encode(w, add_special_tokens=False) for w in ("Yes", "No"))
         if len(yes) != 1 or len(no) != 1:
-            raise ValueError(
-                f'EXIT needs "Yes" and "No" to be single tokens of {self.model_ref}; got {yes}, {no}'
-            )
+            raise ValueError(f'EXIT needs "Yes" and "No" to be single tokens of {self.model_ref}; got {yes}, {no}')
         self.yes_id, self.no_id = yes[0], no[0]
         limits = [self.max_length, getattr(self.model.config, "max_position_embeddings", None)]
         self.limit = min(x for x in limits if isinstance(x, int) and x > 0)
@@ -262,9 +258,7 @@ class Exit(Compressor):
         if self.share_prefix:
             scores = [x for q, ctx, group in jobs for x in self.score(q, ctx, [c.text for c in group])]
         else:  # one left-padded stream over every sentence of the batch
-            prompts = [
-                h + t for q, ctx, group in jobs for h, t in (self._encode(q, ctx, c.text) for c in group)
-            ]
+            prompts = [h + t for q, ctx, group in jobs for h, t in (self._encode(q, ctx, c.text) for c in group)]
             scores = self._score_full(prompts) if prompts else []
         scored = list(zip(cands, scores, strict=True))
         return [self._assemble([(c, x) for c, x in scored if c.example == ei]) for ei in range(len(examples))]

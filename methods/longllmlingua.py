@@ -135,9 +135,7 @@ def build_prompt_compressor(ref: str, dtype: str, device: str, trust_remote_code
     class SharedModelCompressor(PromptCompressor):
         last_used: tuple[int, ...] = ()
 
-        def load_model(
-            self, model_name: str, device_map: str = "cpu", model_config: dict | None = None
-        ) -> None:
+        def load_model(self, model_name: str, device_map: str = "cpu", model_config: dict | None = None) -> None:
             tok = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
             tok.padding_side = "left"  # what the package's own load_model sets
             tok.pad_token_id = model.config.pad_token_id or tok.eos_token_id
@@ -172,9 +170,7 @@ def build_prompt_compressor(ref: str, dtype: str, device: str, trust_remote_code
                 )
             past = 0 if past_key_values is None else past_key_values[0][0].shape[2]
             end = min(input_ids.shape[1] if end is None else end, past + self.max_position_embeddings)
-            cache = (
-                None if past_key_values is None else DynamicCache([(k, v) for k, v, *_ in past_key_values])
-            )
+            cache = None if past_key_values is None else DynamicCache([(k, v) for k, v, *_ in past_key_values])
             with torch.no_grad():
                 out = self.model(
                     input_ids[:, past:end],
@@ -254,9 +250,7 @@ class LongLLMLingua(Compressor):
         )
         kept = list(self.compressor.last_used) if len(contexts) > 1 else [0]
         documents = [d.strip() for d in out["compressed_prompt"].split("\n\n") if d.strip()]
-        meta.update(
-            kept_passages=kept, llmlingua={k: out[k] for k in ("origin_tokens", "compressed_tokens", "ratio")}
-        )
+        meta.update(kept_passages=kept, llmlingua={k: out[k] for k in ("origin_tokens", "compressed_tokens", "ratio")})
         return Compressed(documents=documents, units=None, meta=meta)
 
     def describe(self) -> dict[str, Any]:

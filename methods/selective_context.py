@@ -191,9 +191,7 @@ class SelectiveContext(Compressor):
         if self.start_marker is not None:
             ids = tok.convert_tokens_to_ids(self.start_marker)
             if ids is None or tok.convert_ids_to_tokens(ids) != self.start_marker:
-                raise ValueError(
-                    f"start_marker {self.start_marker!r} is not a single token of {self.model_ref}"
-                )
+                raise ValueError(f"start_marker {self.start_marker!r} is not a single token of {self.model_ref}")
             self.start_id = int(ids)
         else:
             self.start_id = tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id
@@ -208,9 +206,7 @@ class SelectiveContext(Compressor):
         from harness.models import resolve
 
         path = resolve(self.model_ref).path
-        model = AutoModelForCausalLM.from_pretrained(
-            path, dtype=getattr(torch, self.dtype), device_map=device
-        )
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, self.dtype), device_map=device)
         return model.eval(), AutoTokenizer.from_pretrained(path)
 
     def self_information(self, texts: Sequence[str]) -> list[tuple[list[tuple[int, int]], list[float]]]:
@@ -242,11 +238,7 @@ class SelectiveContext(Compressor):
                 ids[b, : len(row)] = torch.tensor(row)
                 mask[b, : len(row)] = 1
             with torch.inference_mode():
-                logits = (
-                    self.model(input_ids=ids.to(device), attention_mask=mask.to(device))
-                    .logits[:, :-1]
-                    .float()
-                )
+                logits = self.model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits[:, :-1].float()
                 nll = torch.nn.functional.cross_entropy(
                     logits.transpose(1, 2), ids[:, 1:].to(device), reduction="none"
                 ).cpu()
@@ -314,9 +306,7 @@ class SelectiveContext(Compressor):
             if doc:
                 documents.append(doc)
         meta.update(threshold=round(threshold, 4), units_total=len(all_scores), units_dropped=dropped)
-        return Compressed(
-            documents=documents, units=kept_units if self.unit == "sentence" else None, meta=meta
-        )
+        return Compressed(documents=documents, units=kept_units if self.unit == "sentence" else None, meta=meta)
 
     def describe(self) -> dict[str, Any]:
         from harness.models import resolve

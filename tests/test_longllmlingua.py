@@ -94,9 +94,7 @@ def test_cache_shim_gives_the_same_losses_as_one_pass(bound):
     import torch
 
     pc = bound.compressor
-    enc = pc.tokenizer(
-        "The first Nobel Prize in Physics was awarded in 1901 to Wilhelm Röntgen.", return_tensors="pt"
-    )
+    enc = pc.tokenizer("The first Nobel Prize in Physics was awarded in 1901 to Wilhelm Röntgen.", return_tensors="pt")
     ids, mask = enc["input_ids"], enc["attention_mask"]
     whole = pc.get_ppl("", "token", ids, mask)
     head, kv = pc.get_ppl("", "token", ids, mask, end=6, return_kv=True)
@@ -117,9 +115,7 @@ def test_rate_is_honoured_and_settings_recorded(bound, env, small):
         kept = kept_at[rate] = comp.meta["kept_passages"]
         assert kept and len(set(kept)) == len(kept) and set(kept) <= {0, 1, 2}
         words = {w for p in small.passages for w in p.render().split()}
-        assert sum(w in words for w in " ".join(comp.documents).split()) >= 0.5 * len(
-            " ".join(comp.documents).split()
-        )
+        assert sum(w in words for w in " ".join(comp.documents).split()) >= 0.5 * len(" ".join(comp.documents).split())
     bound.rate = 0.2
     assert 0 < sizes[0.2] < sizes[0.5] < original
     assert len(kept_at[0.2]) < 3  # the coarse stage drops a passage; tokens are pruned in those it keeps

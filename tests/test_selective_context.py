@@ -72,9 +72,7 @@ def test_rebuild_keeps_a_space_only_where_the_original_had_one():
 @pytest.fixture(scope="module")
 def two(nq5):
     """Two NQ examples cut to two and one passages (a batch across examples, kept small for two CPU cores)."""
-    return [
-        Example(e.id, e.question, e.answers, e.passages[:k]) for e, k in zip(nq5[:2], (2, 1), strict=True)
-    ]
+    return [Example(e.id, e.question, e.answers, e.passages[:k]) for e, k in zip(nq5[:2], (2, 1), strict=True)]
 
 
 def _bound(env, **kw) -> SelectiveContext:
@@ -150,9 +148,7 @@ def test_gpt2_path_with_a_tiny_random_model(env, tmp_path, two):
     cfg = GPT2Config(n_layer=2, n_head=2, n_embd=32, n_positions=24, vocab_size=len(tok))
     GPT2LMHeadModel(cfg).save_pretrained(tmp_path)
     tok.save_pretrained(tmp_path)
-    sc = SelectiveContext(
-        str(tmp_path), reduce_ratio=0.5, unit="sentence", start_marker="<|endoftext|>", device="cpu"
-    )
+    sc = SelectiveContext(str(tmp_path), reduce_ratio=0.5, unit="sentence", start_marker="<|endoftext|>", device="cpu")
     sc.bind(env)
     assert sc.window == 23
     comp = sc.compress(two[0])
