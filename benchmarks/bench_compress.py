@@ -82,9 +82,7 @@ def test_compress(benchmark, setup, method, mode):
     batch = examples if mode == "batched" else examples[:1]
     compressor = _method(method, gen)
     benchmark.group = f"compress-{mode}"
-    out = benchmark.pedantic(
-        compressor.compress_batch, args=(batch,), rounds=ROUNDS, warmup_rounds=1, iterations=1
-    )
+    out = benchmark.pedantic(compressor.compress_batch, args=(batch,), rounds=ROUNDS, warmup_rounds=1, iterations=1)
     assert len(out) == len(batch)
     benchmark.extra_info.update({"examples": len(batch), "dataset": DATASET, "cr": _cr(batch, out, gen)})
     if benchmark.stats:  # None under --benchmark-disable (the function then runs once, untimed)

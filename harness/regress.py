@@ -141,9 +141,7 @@ def compare_cell(
     base_rows, now_rows = [b for b, _ in pairs], [c for _, c in pairs]
     changed = []
     for b, c in pairs:
-        ctx = b.get("context_sha1") != c.get("context_sha1") or b.get("compressed_tokens") != c.get(
-            "compressed_tokens"
-        )
+        ctx = b.get("context_sha1") != c.get("context_sha1") or b.get("compressed_tokens") != c.get("compressed_tokens")
         if b["prediction"] != c["prediction"] or ctx:
             changed.append(
                 {
@@ -157,9 +155,7 @@ def compare_cell(
                     **{f"{m}": (b[m], c[m]) for m in METRICS},
                 }
             )
-    report = CellReport(
-        name, len(pairs), _tests(base_rows, now_rows, resamples, seed, level), changed, missing
-    )
+    report = CellReport(name, len(pairs), _tests(base_rows, now_rows, resamples, seed, level), changed, missing)
     report.cr = (
         cell_summary(base_rows)["cr"] if pairs else None,
         cell_summary(now_rows)["cr"] if pairs else None,
@@ -216,9 +212,7 @@ def compare(
     by_method: dict[str, list] = {}
     for k in baseline:
         by_method.setdefault(k.split("__", 1)[1], []).append((k, baseline[k], current.get(k, [])))
-    pools = [
-        pooled(v, f"{m} (all datasets)", resamples, seed, level) for m, v in by_method.items() if len(v) > 1
-    ]
+    pools = [pooled(v, f"{m} (all datasets)", resamples, seed, level) for m, v in by_method.items() if len(v) > 1]
     return Report(cells, pools, strict)
 
 
@@ -237,10 +231,9 @@ def format_report(report: Report, show: int = 10) -> str:
     for c in [*report.cells, *report.pooled]:
         t = {x.metric: x for x in c.tests}
         cols = "  ".join(
-            f"{_fmt(t[m].base):>7}->{_fmt(t[m].now):<7}".rjust(w)
-            for m, w in (("subem", 17), ("em", 15), ("f1", 15))
+            f"{_fmt(t[m].base):>7}->{_fmt(t[m].now):<7}".rjust(w) for m, w in (("subem", 17), ("em", 15), ("f1", 15))
         )
-        cr = f"{_fmt(c.cr[0])}->{_fmt(c.cr[1])}".rjust(15)
+        cr = ("-" if c.cr == (None, None) else f"{_fmt(c.cr[0])}->{_fmt(c.cr[1])}").rjust(15)
         verdict = "FAIL" if c.failed else ("MISSING" if c.missing else ("changed" if c.changed else "ok"))
         nchg = str(len(c.changed)) if any(c is x for x in report.cells) else ""
         lines.append(f"{c.name:38} {c.n:>3}  {cols}  {cr} {nchg:>7}  {verdict}")
@@ -274,8 +267,7 @@ def format_report(report: Report, show: int = 10) -> str:
         for x in sorted(c.changed, key=order)[:show]:
             lines.append(f"  - {x['id']}: {x['question']!r} gold={x['answers'][:3]!r}")
             lines.append(
-                f"      was: {x['was']!r}  (SubEM {x['subem'][0]:.0f}, EM {x['em'][0]:.0f}, "
-                f"F1 {x['f1'][0]:.2f})"
+                f"      was: {x['was']!r}  (SubEM {x['subem'][0]:.0f}, EM {x['em'][0]:.0f}, F1 {x['f1'][0]:.2f})"
             )
             lines.append(
                 f"      now: {x['now']!r}  (SubEM {x['subem'][1]:.0f}, EM {x['em'][1]:.0f}, "
@@ -336,9 +328,7 @@ def run_grid(grid: dict[str, Any], out: Path) -> tuple[dict[str, list[dict]], di
                 t0 = time.perf_counter()
                 s = run(cfg, folder)
                 name = cell_name(dataset, method)
-                records[name] = [slim(r) for r in read_jsonl(folder / "predictions.jsonl")][
-                    : int(grid["limit"])
-                ]
+                records[name] = [slim(r) for r in read_jsonl(folder / "predictions.jsonl")][: int(grid["limit"])]
                 summaries[name] = {
                     **cell_summary(records[name]),
                     "wall_s": round(time.perf_counter() - t0, 2),
@@ -375,9 +365,7 @@ def write_baseline(
         "written_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "cells": summaries,
     }
-    (folder / "summary.json").write_text(
-        json.dumps(summary, indent=1, ensure_ascii=False, default=str) + "\n"
-    )
+    (folder / "summary.json").write_text(json.dumps(summary, indent=1, ensure_ascii=False, default=str) + "\n")
 
 
 def read_baseline(folder: Path, names: Sequence[str]) -> dict[str, list[dict]]:

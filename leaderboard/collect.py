@@ -60,9 +60,7 @@ def model_ids(info: Any) -> list[str]:
             out.append(f"{info['ref']}@{str(pin)[:12]}" if pin else info["ref"])
             return out
         for k, v in info.items():
-            if isinstance(v, str) and any(
-                w in k.lower() for w in ("model", "checkpoint", "encoder", "scorer_ref")
-            ):
+            if isinstance(v, str) and any(w in k.lower() for w in ("model", "checkpoint", "encoder", "scorer_ref")):
                 out.append(v)
             else:
                 out.extend(model_ids(v))

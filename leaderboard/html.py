@@ -115,9 +115,7 @@ def _img(path: Path) -> str:
 
 def _table_html(df: pd.DataFrame) -> str:
     head = "".join(f"<th>{_e(c)}</th>" for c in df.columns)
-    body = "".join(
-        "<tr>" + "".join(f"<td>{_e(v)}</td>" for v in row) + "</tr>" for row in df.astype(str).values
-    )
+    body = "".join("<tr>" + "".join(f"<td>{_e(v)}</td>" for v in row) + "</tr>" for row in df.astype(str).values)
     return f'<div class="wide"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
 
 

@@ -38,9 +38,7 @@ def _comparison_md(cmp: pd.DataFrame, ds: list[str]) -> tuple[list[str], list[li
         for d in ds:
             for m in reference.COMPARED:
                 o, p, dd = r.get(f"{d}_{m}_ours"), r.get(f"{d}_{m}_paper"), r.get(f"{d}_{m}_diff")
-                cells.append(
-                    f"{fmt(o)} / {fmt(p)} ({fmt(dd, '{:+.2f}')})" if fmt(p) != "-" else f"{fmt(o)} / -"
-                )
+                cells.append(f"{fmt(o)} / {fmt(p)} ({fmt(dd, '{:+.2f}')})" if fmt(p) != "-" else f"{fmt(o)} / -")
         rows.append(cells)
     return head, rows
 

@@ -88,9 +88,7 @@ def add_uncertainty(
             "recomputed",
             ok
             and all(
-                abs(100 * p[m].mean() - float(r[m])) < 1e-6
-                for m in METRICS
-                if r[m] is not None and not pd.isna(r[m])
+                abs(100 * p[m].mean() - float(r[m])) < 1e-6 for m in METRICS if r[m] is not None and not pd.isna(r[m])
             ),
         )
         for m in METRICS:
@@ -104,11 +102,7 @@ def add_uncertainty(
             & (out.variant == baseline)
         ]
         bp = preds[base.index[0]] if len(base) and base.index[0] != i else pd.DataFrame()
-        both = (
-            p.merge(bp, on="id", suffixes=("", "_b"))
-            if ok and not bp.empty and "id" in bp
-            else pd.DataFrame()
-        )
+        both = p.merge(bp, on="id", suffixes=("", "_b")) if ok and not bp.empty and "id" in bp else pd.DataFrame()
         put("n_paired", len(both) if len(both) else None)
         for m in METRICS:
             t = paired_bootstrap(both[m], both[f"{m}_b"], resamples, seed) if len(both) else None

@@ -215,9 +215,7 @@ def latency(df: pd.DataFrame, baseline: str = "full") -> pd.DataFrame:
                 "generation_saved_s": saved,
                 "break_even": be,
                 "pays_off": (
-                    None
-                    if saved is None or c is None or r.variant == baseline
-                    else bool(saved > 0 and c < saved)
+                    None if saved is None or c is None or r.variant == baseline else bool(saved > 0 and c < saved)
                 ),
                 "total_vs_full_s": tot - btot if tot is not None and btot is not None else None,
             }

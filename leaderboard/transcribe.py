@@ -212,9 +212,7 @@ SPECS = [
     Spec(C, "Table 2", "compselect", r"^### 5\.2 Table 2", wide(None)),
     Spec(C, "Table 12", "compselect", r"^\*\*Table 12 — LLaMA3\.3-70B", wide("LLaMA3.3-70B-Instruct")),
     Spec(C, "Table 1", "compselect", r"^\*\*Table 1 — oracle clue analysis", wide(L3, lambda d, c: "subem")),
-    Spec(
-        C, "Table 3", "compselect", r"^\*\*Table 3 — ablation\*\* \(LLaMA3-8B", wide(L3, lambda d, c: "subem")
-    ),
+    Spec(C, "Table 3", "compselect", r"^\*\*Table 3 — ablation\*\* \(LLaMA3-8B", wide(L3, lambda d, c: "subem")),
     Spec(
         C,
         "Table 5",
@@ -254,9 +252,7 @@ SPECS = [
         _ff_metric(wide("LLaMA2-7B")),
         "extractor and truncator replaced by Flan-T5-Large",
     ),
-    Spec(
-        FF, "Table 13", "finefilter", r"^\*\*Table 13 — weaker generator", _ff_metric(wide("Flan-T5-Large"))
-    ),
+    Spec(FF, "Table 13", "finefilter", r"^\*\*Table 13 — weaker generator", _ff_metric(wide("Flan-T5-Large"))),
     Spec(
         CSM,
         "Table 1",
@@ -341,9 +337,7 @@ def transcribe(papers_md: str) -> list[dict[str, str]]:
     for spec in SPECS:
         header, body = read_table(lines, spec.heading)
         for r in spec.rows(header, body):
-            out.append(
-                {"source": spec.source, "table": spec.table, "setting": spec.setting, "note": spec.note, **r}
-            )
+            out.append({"source": spec.source, "table": spec.table, "setting": spec.setting, "note": spec.note, **r})
     return out
 
 

@@ -89,9 +89,7 @@ def test_lora_sft_lowers_the_loss_and_round_trips(generator, tmp_path):
     loaded = LoraLM(LM, {"truncator": str(tmp_path / "t")})
     ids = torch.tensor([data[0].prompt])
     with loaded._context("truncator"):
-        assert torch.allclose(
-            logits(loaded.model, ids), logits(model, ids), atol=2e-2
-        )  # fp16 weights on disk
+        assert torch.allclose(logits(loaded.model, ids), logits(model, ids), atol=2e-2)  # fp16 weights on disk
 
 
 def test_reranker_training_lowers_the_loss(tmp_path):
@@ -165,9 +163,9 @@ def test_paper_profile_path_on_tiny_random_models(tmp_path, generator):
     out = lm.generate([[{"role": "user", "content": "Question: who?"}]], "extractor", 5)
     assert isinstance(out[0], str)
 
-    DistilBertModel(
-        DistilBertConfig(vocab_size=30522, dim=32, hidden_dim=64, n_layers=2, n_heads=2)
-    ).save_pretrained(tmp_path / "distilbert")
+    DistilBertModel(DistilBertConfig(vocab_size=30522, dim=32, hidden_dim=64, n_layers=2, n_heads=2)).save_pretrained(
+        tmp_path / "distilbert"
+    )
     from transformers import AutoTokenizer
 
     from harness.models import resolve

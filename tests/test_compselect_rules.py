@@ -53,9 +53,7 @@ def test_clues_map_back_to_sources_despite_small_edits():
 
 
 def test_merged_line_is_split_and_each_sentence_mapped():
-    out = (
-        "Sentence 1: It is named after the engineer Gustave Eiffel. Lyon is the third-largest city of France."
-    )
+    out = "Sentence 1: It is named after the engineer Gustave Eiffel. Lyon is the third-largest city of France."
     clues, dropped = map_clues(out, SOURCES)
     assert [c.source for c in clues] == [2, 3] and dropped == []
 

@@ -48,9 +48,7 @@ def browser():
 
 
 def _column(page, header: str) -> list[str]:
-    idx = page.eval_on_selector_all(
-        "#runs thead th", "(ths, h) => ths.findIndex(t => t.textContent === h)", header
-    )
+    idx = page.eval_on_selector_all("#runs thead th", "(ths, h) => ths.findIndex(t => t.textContent === h)", header)
     return page.eval_on_selector_all(
         "#runs tbody tr:not([hidden])", "(rows, i) => rows.map(r => r.cells[i].textContent)", idx
     )

@@ -34,8 +34,9 @@ class LazyScorer:
     """The generator as an ``AnswerScorer``, built only when a label is missing; its identity (for cache keys)
     comes from the config, so a fully cached re-run never loads the model."""
 
-    def __init__(self, gcfg: DictConfig, prefix_cache: bool = True) -> None:
-        self.gcfg, self.prefix_cache, self._gen, self._scorer = gcfg, prefix_cache, None, None
+    def __init__(self, gcfg: DictConfig, prefix_cache: bool = True, threads: int | None = None) -> None:
+        self.gcfg, self.prefix_cache, self.threads = gcfg, prefix_cache, threads
+        self._gen = self._scorer = None
 
     def describe(self) -> dict[str, Any]:
         from harness.models import resolve
@@ -49,10 +50,15 @@ class LazyScorer:
             from harness.runner import get_generator
 
             if str(self.gcfg.get("_target_", "")).endswith("TransformersGenerator"):
-                self._gen = get_generator(self.gcfg)
+                got = get_generator(self.gcfg)
+                self._gen = got[0] if isinstance(got, tuple) else got  # (generator, loaded) in newer cores
             else:  # e.g. vLLM: score (and back-propagate) with a transformers copy of the same model
                 self._gen = TransformersGenerator(self.gcfg.model, self.gcfg.name,
                                                   dtype=self.gcfg.get("dtype", "float32"))
+            if self.threads:  # the generator sets its own thread count; the training config wins
+                import torch
+
+                torch.set_num_threads(self.threads)
             from .scoring import PrefixCachedScorer
 
             self._scorer = PrefixCachedScorer(self._gen) if self.prefix_cache else self._gen
@@ -92,8 +98,8 @@ def _feature_fn(encoder_ref: str, samples):
 
 
 def _evaluate(head, held, feats) -> dict[str, Any]:
-    """Spearman of predictions vs oracle CI on held-back questions (pooled units, and mean per question),
-    with two label-free references: retrieval order and the encoder's pair-feature norm is not used."""
+    """Spearman of predictions vs oracle CI on held-back questions (pooled over units, and the mean per
+    question), with retrieval order as a label-free reference, and the sign agreement behind selection."""
     from .fit import predict, spearman
 
     preds = predict(head, held, feats)
@@ -137,7 +143,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     d = cfg.dataset
     examples = load_dataset(DatasetSpec(d.name, d.path, int(d.top_k), d.rank, int(cfg.limit)))
     items = _units(cfg, examples)
-    scorer = LazyScorer(cfg.generator, bool(cfg.prefix_cache))
+    scorer = LazyScorer(cfg.generator, bool(cfg.prefix_cache), int(cfg.threads) if cfg.threads else None)
     cache = LabelCache(cfg.label_cache)
     n_hold = round(float(cfg.holdout) * len(items))
     train_items, held_items = items[: len(items) - n_hold], items[len(items) - n_hold :]

@@ -46,16 +46,19 @@ class CallCache:
         blob = self.namespace + "\n" + json.dumps(prompt, sort_keys=True, ensure_ascii=False)
         return hashlib.sha256(blob.encode()).hexdigest()
 
-    def get(self, prompts: Sequence[Any], compute: Callable[[list[Any]], list[Any]]) -> list[Any]:
+    def get(self, prompts: Sequence[Any], compute: Callable[[list[Any]], list[Any]], chunk: int = 32) -> list[Any]:
+        """Outputs for ``prompts``; the missing ones are computed ``chunk`` at a time and appended as they come,
+        so an interrupted run keeps what it computed."""
         keys = [self.key(p) for p in prompts]
         missing = list(dict.fromkeys(k for k in keys if k not in self._rows))
         self.hits += len(keys) - len(missing)
         self.misses += len(missing)
-        if missing:
-            first = {k: p for k, p in zip(keys, prompts, strict=True)}
-            values = compute([first[k] for k in missing])
+        first = {k: p for k, p in zip(keys, prompts, strict=True)}
+        for start in range(0, len(missing), max(chunk, 1)):
+            part = missing[start : start + chunk]
+            values = compute([first[k] for k in part])
             with self.path.open("a", encoding="utf-8") as f:
-                for k, v in zip(missing, values, strict=True):
+                for k, v in zip(part, values, strict=True):
                     self._rows[k] = v
                     f.write(json.dumps({"key": k, "value": v}, ensure_ascii=False) + "\n")
                 f.flush()

@@ -58,8 +58,7 @@ class LoraLM:
         for name, path in self.adapters.items():
             if not (Path(path) / "adapter_config.json").is_file():
                 raise FileNotFoundError(
-                    f"LoRA adapter {name!r} not found at {path}: "
-                    "train it with `python -m methods.compselect.train`"
+                    f"LoRA adapter {name!r} not found at {path}: train it with `python -m methods.compselect.train`"
                 )
         base, self.tokenizer = resources.causal_lm(ref, dtype, trust_remote_code)
         if device != "cpu":
@@ -83,9 +82,7 @@ class LoraLM:
 
         tree = weight_sharing_copy(base) if base.device.type == "cpu" and self.device == "cpu" else base
         names = list(self.adapters)
-        model = PeftModel.from_pretrained(
-            tree, self.adapters[names[0]], adapter_name=names[0], is_trainable=False
-        )
+        model = PeftModel.from_pretrained(tree, self.adapters[names[0]], adapter_name=names[0], is_trainable=False)
         for name in names[1:]:
             model.load_adapter(self.adapters[name], adapter_name=name, is_trainable=False)
         return model.eval()
@@ -100,9 +97,9 @@ class LoraLM:
 
     def encode(self, messages: Messages) -> list[int]:
         return list(
-            self.tokenizer.apply_chat_template(
-                messages, add_generation_prompt=True, tokenize=True, return_dict=True
-            )["input_ids"]
+            self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=True)[
+                "input_ids"
+            ]
         )
 
     def count(self, text: str) -> int:
@@ -150,9 +147,7 @@ class LoraLM:
                     eos_token_id=eos,
                 )
                 for row, i in enumerate(idx):
-                    out[i] = self.tokenizer.decode(
-                        gen[row, width:].tolist(), skip_special_tokens=True
-                    ).strip()
+                    out[i] = self.tokenizer.decode(gen[row, width:].tolist(), skip_special_tokens=True).strip()
         return out
 
     def describe(self) -> dict[str, Any]:
@@ -162,8 +157,7 @@ class LoraLM:
             "lm": resolve(self.ref).describe(),
             "dtype": self.dtype,
             "adapters": {
-                k: {"path": v, "sha256": adapter_digest(v), **_adapter_info(v)}
-                for k, v in self.adapters.items()
+                k: {"path": v, "sha256": adapter_digest(v), **_adapter_info(v)} for k, v in self.adapters.items()
             },
         }
 

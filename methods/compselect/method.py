@@ -121,9 +121,7 @@ class CompSelect(Compressor):
             self.reranker.load()
 
     # -- stages ----------------------------------------------------------------------------------------------
-    def extract(
-        self, examples: Sequence[Example]
-    ) -> tuple[list[ExtractorInput], list[list[Clue]], list[list[str]]]:
+    def extract(self, examples: Sequence[Example]) -> tuple[list[ExtractorInput], list[list[Clue]], list[list[str]]]:
         """Stage 1: generate clue lines and map them to source sentences (clue.source indexes
         ``inputs[i].units``)."""
         assert self.lm is not None, "bind() first"
@@ -134,10 +132,7 @@ class CompSelect(Compressor):
             self.extractor_max_new_tokens,
             self.lm_batch_size,
         )
-        mapped = [
-            map_clues(o, x.sentences[: x.shown], self.match_threshold)
-            for o, x in zip(outs, inputs, strict=True)
-        ]
+        mapped = [map_clues(o, x.sentences[: x.shown], self.match_threshold) for o, x in zip(outs, inputs, strict=True)]
         return inputs, [m[0] for m in mapped], [m[1] for m in mapped]
 
     def rerank(self, question: str, clues: list[Clue]) -> tuple[list[Clue], list[float] | None]:
@@ -149,16 +144,13 @@ class CompSelect(Compressor):
         order = rank_desc(scores)
         return [clues[i] for i in order], [float(scores[i]) for i in order]
 
-    def truncate(
-        self, examples: Sequence[Example], ranked: list[list[Clue]]
-    ) -> tuple[list[int], list[str | None]]:
+    def truncate(self, examples: Sequence[Example], ranked: list[list[Clue]]) -> tuple[list[int], list[str | None]]:
         """Stage 3: K per example (the number of ranked clues kept) and the truncator's raw output."""
         if self.truncation == "none":
             return [len(r) for r in ranked], [None] * len(ranked)
         if self.truncation == "random":
             return [
-                random.Random(f"{self.seed}:{e.id}").randint(0, len(r))
-                for e, r in zip(examples, ranked, strict=True)
+                random.Random(f"{self.seed}:{e.id}").randint(0, len(r)) for e, r in zip(examples, ranked, strict=True)
             ], [None] * len(ranked)
         assert self.lm is not None
         todo = [i for i, r in enumerate(ranked) if r]
@@ -171,9 +163,7 @@ class CompSelect(Compressor):
         ks, raw = [0] * len(ranked), [None] * len(ranked)
         for i, o in zip(todo, outs, strict=True):
             raw[i] = o
-            ks[i] = parse_truncation(
-                o, [c.text for c in ranked[i]], self.truncator_output, self.match_threshold
-            )
+            ks[i] = parse_truncation(o, [c.text for c in ranked[i]], self.truncator_output, self.match_threshold)
         return ks, raw
 
     # -- the Compressor contract -----------------------------------------------------------------------------
@@ -192,9 +182,7 @@ class CompSelect(Compressor):
         timings = {"extract": (t1 - t0) / n, "rerank": (t2 - t1) / n, "truncate": (t3 - t2) / n}
         return [
             self._result(e, x, c, d, r, scores, k, o, timings)
-            for e, x, c, d, (r, scores), k, o in zip(
-                examples, inputs, clues, dropped, reranked, ks, raw, strict=True
-            )
+            for e, x, c, d, (r, scores), k, o in zip(examples, inputs, clues, dropped, reranked, ks, raw, strict=True)
         ]
 
     @staticmethod
@@ -227,8 +215,7 @@ class CompSelect(Compressor):
             ],
             "dropped": dropped,
             "ranked": [
-                {"unit": unit(c), **({"score": round(scores[j], 5)} if scores else {})}
-                for j, c in enumerate(ranked)
+                {"unit": unit(c), **({"score": round(scores[j], 5)} if scores else {})} for j, c in enumerate(ranked)
             ],
             "kept": [unit(c) for c in kept],
             "k": k,

@@ -22,9 +22,7 @@ from dataclasses import dataclass
 from harness.text import split_sentences
 
 DEFAULT_THRESHOLD = 0.8
-_PREFIX = re.compile(
-    r"^\s*(?:(?:sentence|document|doc)\s*\d+\s*[:.)\-]?|\d+\s*[:.)]|[-*\u2022])\s*", re.IGNORECASE
-)
+_PREFIX = re.compile(r"^\s*(?:(?:sentence|document|doc)\s*\d+\s*[:.)\-]?|\d+\s*[:.)]|[-*\u2022])\s*", re.IGNORECASE)
 _NUMBERED = re.compile(r"^\s*sentence\s*(\d+)\s*[:.)\-]?\s*", re.IGNORECASE)
 _TOKEN = re.compile(r"\w+")
 _WS = re.compile(r"\s+")

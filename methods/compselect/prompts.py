@@ -61,9 +61,7 @@ def extractor_messages(question: str, documents: Sequence[str]) -> Messages:
 
 
 def truncator_messages(question: str, ranked: Sequence[str]) -> Messages:
-    return [
-        {"role": "user", "content": TRUNCATOR_PROMPT.format(question=question, ranked=sentence_lines(ranked))}
-    ]
+    return [{"role": "user", "content": TRUNCATOR_PROMPT.format(question=question, ranked=sentence_lines(ranked))}]
 
 
 def truncator_target(ranked: Sequence[str], k: int, output: str = "text") -> str:

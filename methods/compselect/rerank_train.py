@@ -19,9 +19,7 @@ from typing import Any
 Triplet = tuple[str, str, str]  # (question, positive clue, negative clue)
 
 
-def batches_one_per_question(
-    triplets: Sequence[Triplet], batch_size: int, rng: random.Random
-) -> list[list[Triplet]]:
+def batches_one_per_question(triplets: Sequence[Triplet], batch_size: int, rng: random.Random) -> list[list[Triplet]]:
     """Shuffled batches in which no question appears twice."""
     by_q: dict[str, list[Triplet]] = {}
     for t in triplets:
@@ -39,14 +37,18 @@ def batches_one_per_question(
     return batches
 
 
+def _features(st, texts: list[str]) -> dict[str, Any]:
+    """Model inputs for ``texts`` on the model's device (sentence-transformers 6 adds a non-tensor ``modality``)."""
+    feats = (st.preprocess if hasattr(st, "preprocess") else st.tokenize)(texts)
+    return {k: v.to(st.device) if hasattr(v, "to") else v for k, v in feats.items()}
+
+
 def pairwise_accuracy(model, triplets: Sequence[Triplet]) -> float | None:
     """Share of triplets where cos(q, positive) > cos(q, negative)."""
     if not triplets:
         return None
     texts = sorted({x for t in triplets for x in t})
-    emb = model.encode(
-        texts, batch_size=64, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False
-    )
+    emb = model.encode(texts, batch_size=64, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False)
     idx = {t: i for i, t in enumerate(texts)}
     ok = sum(float(emb[idx[q]] @ emb[idx[p]]) > float(emb[idx[q]] @ emb[idx[n]]) for q, p, n in triplets)
     return ok / len(triplets)
@@ -97,9 +99,7 @@ def train_reranker(
     losses = []
     for _ in range(epochs):
         for batch in batches_one_per_question(train, batch_size, rng):
-            feats = [
-                {k: v.to(st.device) for k, v in st.tokenize([t[i] for t in batch]).items()} for i in range(3)
-            ]
+            feats = [_features(st, [t[i] for t in batch]) for i in range(3)]
             loss = loss_fn(feats, None)
             loss.backward()
             opt.step()
@@ -139,12 +139,18 @@ def save_reranker(st, out_dir: str | Path, base_ref: str, lora: bool) -> Path:
         st.save(str(out))
         return out
     peft_model = st[0].auto_model
-    cfg = peft_model.peft_config["default"]
+    cfg = peft_model.peft_config["default"]  # the injected encoder carries the config too
     cfg.base_model_name_or_path = base_ref
     cfg.save_pretrained(str(out))
+    # sentence-transformers 6 hands back the LoRA-injected encoder, not its PeftModel wrapper: the keys then lack
+    # the wrapper's prefix, which PeftModel.from_pretrained expects
     state = get_peft_model_state_dict(peft_model)
+    prefix = "base_model.model."
     save_file(
-        {k: v.detach().to(torch.float16).contiguous() for k, v in state.items()},
+        {
+            (k if k.startswith(prefix) else prefix + k): v.detach().to(torch.float16).contiguous()
+            for k, v in state.items()
+        },
         str(out / "adapter_model.safetensors"),
     )
     return out

@@ -29,7 +29,18 @@ def load_sentence_model(ref: str, device: str = "cpu", max_seq_length: int | Non
     else:
         enc = models.Transformer(path)
         st = SentenceTransformer(
-            modules=[enc, models.Pooling(enc.get_word_embedding_dimension(), "mean")], device=device
+            modules=[
+                enc,
+                models.Pooling(
+                    (
+                        enc.get_embedding_dimension()
+                        if hasattr(enc, "get_embedding_dimension")
+                        else enc.get_word_embedding_dimension()
+                    ),
+                    "mean",
+                ),
+            ],
+            device=device,
         )
     if max_seq_length:
         st.max_seq_length = max_seq_length

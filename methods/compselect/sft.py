@@ -108,9 +108,7 @@ def train_lora(
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt,
-        lambda s: (
-            (s + 1) / warm if s < warm else 0.5 * (1 + math.cos(math.pi * (s - warm) / max(1, steps - warm)))
-        ),
+        lambda s: (s + 1) / warm if s < warm else 0.5 * (1 + math.cos(math.pi * (s - warm) / max(1, steps - warm))),
     )
     t0, c0 = time.perf_counter(), time.process_time()
     val_before = eval_loss(model, val)

@@ -73,9 +73,7 @@ def load_sets(cfg: DictConfig) -> tuple[dict[str, list], dict[str, str]]:
     sets, hashes = {}, {}
     for name in cfg.data.extractor:
         path = Path(cfg.data.root) / name / f"{cfg.data.split}.jsonl.gz"
-        sets[name] = load_dataset(
-            DatasetSpec(name, str(path), int(cfg.data.top_k), cfg.data.rank[name], None)
-        )
+        sets[name] = load_dataset(DatasetSpec(name, str(path), int(cfg.data.top_k), cfg.data.rank[name], None))
         hashes[str(path)] = file_sha256(path)
     return sets, hashes
 
@@ -197,10 +195,36 @@ def sft_stage(name: str, cfg_stage: DictConfig, cfg: DictConfig, lm, train_ex, v
     return report
 
 
+def previous_reports(out: Path) -> dict[str, Any]:
+    """The stage reports of the manifest already in ``out`` (empty when there is none)."""
+    old = out / "manifest.json"
+    if not old.is_file():
+        return {}
+    prev = json.loads(old.read_text())
+    return {s: prev[s] for s in ("extractor", "reranker", "truncator") if s in prev}
+
+
+def evaluated_afterwards(base_lm, tuned_lm, name: str, val) -> dict[str, Any]:
+    """For an adapter trained by a run that stopped before writing its manifest: its validation loss and the
+    base model's, measured now on the same validation examples (the training curve itself is not known)."""
+    from methods.compselect.sft import eval_loss
+
+    tuned_lm.model.set_adapter(name)
+    return {
+        "note": "trained by an earlier run that was interrupted before its manifest was written; "
+        "validation losses measured afterwards",
+        "val_examples": len(val),
+        "val_loss_before": eval_loss(base_lm.base, val),
+        "val_loss_after": eval_loss(tuned_lm.model, val),
+    }
+
+
 def resolved_config(cfg: DictConfig) -> dict[str, Any]:
     """The training keys resolved (other methods' entries under ``models`` may need a dataset: left out)."""
-    out = {k: OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
-           for k, v in ((k, cfg[k]) for k in cfg if k != "models")}
+    out = {
+        k: OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
+        for k, v in ((k, cfg[k]) for k in cfg if k != "models")
+    }
     out["models"] = {"compselect": OmegaConf.to_container(cfg.models.compselect, resolve=True)}
     return out
 
@@ -284,6 +308,11 @@ def run(cfg: DictConfig) -> dict[str, Any]:
 
     # 2. reranker labels -------------------------------------------------------------------------------------
     ext_lm = LoraLM(cfg.lm, {"extractor": str(out / "extractor")}, cfg.dtype, cfg.device)
+    if "extractor" not in stages and "extractor" not in previous_reports(out):
+        manifest["extractor"] = {
+            "targets": ext_stats,
+            "train": evaluated_afterwards(lm, ext_lm, "extractor", ext_examples(targets["val"])),
+        }
     ext_cache = CallCache(
         cache_root / "extractor_calls.jsonl",
         {
@@ -299,10 +328,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             [x.messages for x in inputs],
             lambda ps: ext_lm.generate(ps, "extractor", int(cfg.extractor.max_new_tokens), 8),
         )
-        clues = {
-            i: map_clues(o, x.sentences[: x.shown])[0]
-            for i, o, x in zip(label_ids, outs, inputs, strict=True)
-        }
+        clues = {i: map_clues(o, x.sentences[: x.shown])[0] for i, o, x in zip(label_ids, outs, inputs, strict=True)}
     with watch("reranker_labels"):
         items = [(i, c) for i in label_ids for c in clues[i]]
         verdicts = labeller.correct([(by_id[i].question, [c.text], by_id[i].answers) for i, c in items])
@@ -450,17 +476,10 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             "hardware": provenance.hardware(),
         }
     )
-    old = out / "manifest.json"
-    if old.is_file() and stages != {
-        "extractor",
-        "reranker",
-        "truncator",
-    }:  # keep reports of stages not re-run
-        prev = json.loads(old.read_text())
-        for stage in {"extractor", "reranker", "truncator"} - stages:
-            if stage in prev:
-                manifest[stage] = prev[stage]
-    old.write_text(json.dumps(manifest, indent=1, ensure_ascii=False, default=str))
+    for stage, report in previous_reports(out).items():  # keep the reports of stages not re-run
+        if stage not in stages:
+            manifest[stage] = report
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=1, ensure_ascii=False, default=str))
     return manifest
 
 
