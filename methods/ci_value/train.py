@@ -23,7 +23,7 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from harness.config import register_resolvers
+from harness.config import apply_profile_env, register_resolvers
 from harness.provenance import REPO_ROOT
 
 register_resolvers()
@@ -237,10 +237,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
 
 @hydra.main(version_base="1.3", config_path=str(REPO_ROOT / "conf"), config_name="train/csm")
 def main(cfg: DictConfig) -> None:
-    if cfg.profile.offline:
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    apply_profile_env(cfg)
     m = run(cfg)
     print(json.dumps({"out": cfg.out_dir, "data": m["data"], "heldout": m["heldout"]}, indent=1))
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import random
 import time
 from collections.abc import Sequence
@@ -29,7 +28,7 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from harness.config import register_resolvers
+from harness.config import apply_profile_env, register_resolvers
 from harness.provenance import REPO_ROOT
 
 register_resolvers()
@@ -485,10 +484,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
 
 @hydra.main(version_base="1.3", config_path=str(REPO_ROOT / "conf"), config_name="train/compselect")
 def main(cfg: DictConfig) -> None:
-    if cfg.profile.offline:
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    apply_profile_env(cfg)
     m = run(cfg)
     print(json.dumps({"out_dir": cfg.out_dir, "total": m["total"], "times": m["times"]}, indent=1))
 
