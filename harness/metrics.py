@@ -9,8 +9,8 @@
 - ``postprocess``: CompSelect's answer clean-up, ``strip()`` then ``rstrip(".")``.
 - ``compression_ratio``: original tokens / compressed tokens of the context (the generator's tokenizer, the
   documents only). Per example it is ``None`` when the original is empty, and ``original / 1`` when the method
-  kept nothing. Over a run, ``cr`` is the ratio of sums (``None`` if nothing was kept at all) and ``cr_mean``
-  the mean of the per-example ratios.
+  kept nothing. Over a run, ``cr`` is the ratio of sums and ``cr_mean`` the mean of the per-example ratios;
+  both are ``None`` for a run that kept nothing at all (``naive``): it has no compression ratio.
 """
 
 from __future__ import annotations
@@ -72,6 +72,8 @@ def corpus_cr(original: Sequence[int], compressed: Sequence[int]) -> tuple[float
     """(ratio of sums, mean of per-example ratios) over a run."""
     total_c = sum(compressed)
     ratio_of_sums = sum(original) / total_c if total_c > 0 else None
+    if ratio_of_sums is None:
+        return None, None
     per = [r for r in (compression_ratio(o, c) for o, c in zip(original, compressed, strict=True)) if r]
     mean = sum(per) / len(per) if per else None
     return ratio_of_sums, mean

@@ -57,7 +57,7 @@ def test_compression_ratio_edge_cases():
     ratio_of_sums, mean = M.corpus_cr([100, 60, 0], [25, 0, 0])
     assert ratio_of_sums == pytest.approx(160 / 25)
     assert mean == pytest.approx((4.0 + 60.0) / 2)
-    assert M.corpus_cr([10, 20], [0, 0]) == (None, 15.0)
+    assert M.corpus_cr([10, 20], [0, 0]) == (None, None)  # naive: no CR at all
 
 
 def test_diagnostics_average_over_reporting_examples():
