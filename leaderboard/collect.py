@@ -19,6 +19,9 @@ import yaml
 
 SUMMARY, PREDICTIONS, RUN = "summary.json", "predictions.jsonl", "run.json"
 KEY = ["profile", "generator", "dataset", "variant"]
+# Overrides that change how a run executes, not what it computes: left out of the variant's name so that such
+# runs compare with the others (torch thread count: the same greedy answers up to floating-point order).
+EXECUTION_ONLY = {"generator.threads"}
 METRICS = ("subem", "em", "f1")
 NUMERIC = (
     "n",
@@ -47,7 +50,9 @@ def override_dirname(folder: Path) -> str:
     except yaml.YAMLError:
         return ""
     value = job.get("override_dirname") or ""
-    return "" if "${" in str(value) else str(value)
+    if "${" in str(value):
+        return ""
+    return ",".join(o for o in str(value).split(",") if o and o.lstrip("+~").split("=")[0] not in EXECUTION_ONLY)
 
 
 def model_ids(info: Any) -> list[str]:
