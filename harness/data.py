@@ -116,7 +116,10 @@ def read_examples(path: str | Path) -> list[Example]:
     """Read and validate every example of a file; fails on the first problem, naming file, line, field."""
     path = Path(path)
     if not path.is_file():
-        raise DatasetError(f"{path}: no such file")
+        raise DatasetError(
+            f"{path}: no such file (the default data root is ../shared/data beside the repository: set "
+            "RAG_HARNESS_DATA to the folder holding <dataset>/<split>.jsonl.gz, or pass dataset.path=<file>)"
+        )
     examples, seen = [], {}
     stem = path.name.split(".")[0]
     for idx, (where, obj) in enumerate(_records(path)):
