@@ -41,7 +41,7 @@ def test_compresses_two_real_examples(compselect, nq5):
         assert [[u.passage, u.sentence] for u in c.units] == meta["kept"]
         for doc, u in zip(c.documents, c.units, strict=True):  # extractive: the source sentences themselves
             assert doc == split_sentences(ex.passages[u.passage].text)[u.sentence]
-        assert set(meta["cascade"]) == {"eligible", "recall1", "hit2_at1", "recall3"}
+        assert set(meta["diagnostics"]) == {"eligible", "recall1", "hit2_at1", "recall3"}
         assert "truncator_output" in meta or meta["n_clues"] == 0
     info = compselect.describe()
     assert set(info["adapters"]) == {"extractor", "truncator"}

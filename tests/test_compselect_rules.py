@@ -186,6 +186,6 @@ def test_empty_truncation_means_closed_book():
     clues = [Clue(1, SOURCES[1], SOURCES[1], 1.0), Clue(0, SOURCES[0], SOURCES[0], 1.0)]
     empty = CompSelect._result(ex, x, clues, [], clues, [0.9, 0.1], 0, "", {"extract": 1.0})
     assert empty.documents == [] and empty.units == [] and empty.meta["kept"] == []
-    assert empty.meta["cascade"] == {"eligible": True, "recall1": 1.0, "hit2_at1": 1.0, "recall3": 0.0}
+    assert empty.meta["diagnostics"] == {"eligible": True, "recall1": 1.0, "hit2_at1": 1.0, "recall3": 0.0}
     one = CompSelect._result(ex, x, clues, [], clues, [0.9, 0.1], 1, "Sentence 1: ...", {"extract": 1.0})
     assert one.documents == [SOURCES[1]] and one.units == [Unit(0, 1)] and one.meta["k"] == 1

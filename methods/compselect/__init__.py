@@ -16,7 +16,7 @@ Three stages (000 section 4; papers.md sections 3 and 5):
 
 The generator sees the kept clues in ranked order, one per ``Doc`` line. Per example, ``Compressed.meta``
 records the extracted, ranked and kept clues with their (passage, sentence) indices, the truncator's output
-and the cascading-error flags of Table 6 (``meta["cascade"]``); ``Compressed.timings`` has ``extract``,
+and the cascading-error flags of Table 6 (``meta["diagnostics"]``); ``Compressed.timings`` has ``extract``,
 ``rerank`` and ``truncate`` seconds.
 
 Training (``python -m methods.compselect.train``, ``conf/train/compselect*.yaml``; ``train.py``) builds the

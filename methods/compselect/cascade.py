@@ -1,4 +1,4 @@
-"""Cascading-error metrics of CompSelect Table 6 (003 Table 5), recorded per example in ``meta["cascade"]``.
+"""Cascading-error metrics of CompSelect Table 6 (003 Table 5), recorded per example in ``meta["diagnostics"]``.
 
 On the examples whose passages contain a gold answer (``eligible``): ``recall1`` = the extracted clues contain
 one (extractor), ``hit2_at1`` = the top reranked clue contains one (reranker), ``recall3`` = the kept clues

@@ -221,7 +221,7 @@ class CompSelect(Compressor):
             "k": k,
             "n_clues": len(ranked),
             "sentences_shown": [x.shown, len(x.sentences)],
-            "cascade": cascade(
+            "diagnostics": cascade(  # Table 6 cascading-error flags; the summary averages them
                 [p.text for p in e.passages],
                 [c.text for c in extracted],
                 [c.text for c in ranked],
