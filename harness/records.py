@@ -137,3 +137,14 @@ def aggregate_diagnostics(predictions: Sequence[dict[str, Any]]) -> dict[str, di
             if isinstance(v, bool | int | float) and v is not None:
                 sums.setdefault(k, []).append(float(v))
     return {k: {"mean": sum(v) / len(v), "n": len(v)} for k, v in sorted(sums.items())}
+
+
+def slim_record(record: dict[str, Any], keep: Sequence[str]) -> dict[str, Any]:
+    """The fields ``keep`` of a prediction record (those it has) and, instead of the context's text, its hash
+    (a record already slimmed keeps the hash it has)."""
+    out = {k: record[k] for k in keep if k in record}
+    if "context" in record or "context_sha1" not in record:
+        out["context_sha1"] = hashlib.sha1((record.get("context") or "").encode()).hexdigest()[:12]
+    else:
+        out["context_sha1"] = record["context_sha1"]
+    return out

@@ -19,7 +19,6 @@ This module sits on top of the core: it runs the harness and judges records with
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import shutil
@@ -34,6 +33,7 @@ from typing import Any
 import yaml
 
 from harness.provenance import REPO_ROOT
+from harness.records import slim_record
 
 METRICS = ("subem", "em", "f1")
 KEEP = (
@@ -52,9 +52,7 @@ KEEP = (
 # ----------------------------------------------------------------------------------------------- records
 def slim(record: dict[str, Any]) -> dict[str, Any]:
     """The part of a prediction record the baseline keeps: answer, scores, token counts, a context hash."""
-    out = {k: record.get(k) for k in KEEP}
-    out["context_sha1"] = hashlib.sha1((record.get("context") or "").encode()).hexdigest()[:12]
-    return out
+    return {**{k: record.get(k) for k in KEEP}, **slim_record(record, KEEP)}
 
 
 def cell_name(dataset: str, method: str) -> str:
@@ -353,17 +351,24 @@ def write_baseline(
     summaries: dict[str, dict],
     seconds: float,
 ) -> None:
+    """Write the cells just run into ``folder``. A partial update (``--methods``/``--datasets``) keeps the other
+    cells of ``grid`` (the whole grid file) and their summaries; only cells the grid no longer has are removed."""
     folder.mkdir(parents=True, exist_ok=True)
+    cells = {cell_name(d, m) for d in grid["datasets"] for m in grid["methods"]}
     for old in folder.glob("*.jsonl"):
-        if old.stem not in records:
+        if old.stem not in cells:
             old.unlink()
     for name, rows in records.items():
         write_jsonl(folder / f"{name}.jsonl", rows)
+    previous = folder / "summary.json"
+    kept = json.loads(previous.read_text(encoding="utf-8")).get("cells", {}) if previous.is_file() else {}
+    kept = {n: c for n, c in kept.items() if n in cells and n not in summaries and (folder / f"{n}.jsonl").is_file()}
     summary = {
         "grid": grid,
         "grid_seconds": round(seconds, 1),
         "written_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "cells": summaries,
+        "updated_cells": sorted(summaries),
+        "cells": dict(sorted({**kept, **summaries}.items())),
     }
     (folder / "summary.json").write_text(json.dumps(summary, indent=1, ensure_ascii=False, default=str) + "\n")
 
@@ -386,7 +391,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--datasets", nargs="*", help="run only these datasets of the grid")
     ap.add_argument("--show", type=int, default=10, help="changed examples listed per cell")
     a = ap.parse_args(argv)
-    grid = load_grid(a.grid)
+    whole = load_grid(a.grid)
+    grid = {**whole}
     if a.methods:
         grid["methods"] = [m for m in grid["methods"] if m in a.methods]
     if a.datasets:
@@ -421,7 +427,7 @@ def main(argv: list[str] | None = None) -> int:
     seconds = time.perf_counter() - t0
     print(f"grid ran in {seconds:.1f} s", flush=True)
     if a.update:
-        write_baseline(base_dir, grid, current, summaries, seconds)
+        write_baseline(base_dir, whole, current, summaries, seconds)
         print(f"baseline written to {base_dir} ({len(names)} cells)")
         return 0
     tol = grid["tolerance"]

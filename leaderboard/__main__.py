@@ -1,4 +1,4 @@
-"""``python -m leaderboard publish <results> <out>`` | ``python -m leaderboard collect <results>``."""
+"""``python -m leaderboard publish <results> <out>`` | ``archive <results>... <dest>`` | ``collect <results>``."""
 
 from __future__ import annotations
 
@@ -17,6 +17,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples (default 1000)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
     p.add_argument("--baseline", default="full", help="variant the paired tests compare with (default full)")
+    r = sub.add_parser("archive", help="copy the newest run of each key, slimmed, into a folder kept in git")
+    r.add_argument("results", nargs="+", help="results roots")
+    r.add_argument("dest", help="archive folder (leaderboard/runs)")
     c = sub.add_parser("collect", help="print the collected table")
     c.add_argument("results")
     a = ap.parse_args(argv)
@@ -24,6 +27,12 @@ def main(argv: list[str] | None = None) -> int:
         from leaderboard.publish import publish
 
         for path in publish(a.results, a.out, a.resamples, a.seed, a.baseline):
+            print(path)
+        return 0
+    if a.cmd == "archive":
+        from leaderboard.archive import archive
+
+        for path in archive(a.results, a.dest):
             print(path)
         return 0
     from leaderboard.collect import collect

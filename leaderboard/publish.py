@@ -22,6 +22,8 @@ from leaderboard import html, plots, reference, stats, tables
 from leaderboard.collect import collect
 from leaderboard.tables import fmt, label
 
+NOTES = "NOTES.md"  # beside the runs (leaderboard/runs/NOTES.md): appended to leaderboard.md
+
 
 def _slug(*parts: str) -> str:
     return "_".join(re.sub(r"[^A-Za-z0-9.-]+", "-", p) for p in parts)
@@ -212,6 +214,9 @@ def publish(
     for title, wide in reference.setting_tables(ref):
         md.append(f"### {title}\n\n{tables.markdown(list(wide.columns), wide.values.tolist())}\n")
         sections.append((title, html.frame_html(wide)))
+    notes = Path(results) / NOTES
+    if notes.is_file():  # how the runs were made: the archive's own notes, kept with them
+        md.append(notes.read_text(encoding="utf-8").strip() + "\n")
     (out / "leaderboard.md").write_text("\n".join(md), encoding="utf-8")
     note = (
         f"Generated {when} from {len(runs)} runs under {results}. SubEM/EM/F1 in %; CR = original / "

@@ -5,6 +5,7 @@ and on one real tiny run of the embedded generator."""
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -15,10 +16,16 @@ import pytest
 from harness.metrics import score
 from harness.records import summarize
 from leaderboard import reference, stats, tables
+from leaderboard.archive import archive
 from leaderboard.collect import collect, model_ids, read_predictions
 from leaderboard.publish import publish
 
-PAPERS = Path(__file__).resolve().parents[2] / "shared" / "reference" / "papers.md"
+# The papers' transcription lives beside the repository (../shared/reference); RAG_HARNESS_REFERENCE points at
+# that folder from a clone elsewhere.
+PAPERS = (
+    Path(os.environ.get("RAG_HARNESS_REFERENCE", Path(__file__).resolve().parents[2] / "shared" / "reference"))
+    / "papers.md"
+)
 
 
 # ------------------------------------------------------------------------------------------ hand-made runs
@@ -252,6 +259,30 @@ def test_collect_keeps_the_newest_run_of_each_key_with_its_provenance(tmp_path):
     assert top.generator_model == "embedded:smollm2-135m-instruct@b179c9523d0e"
     assert top.method_models == "embedded:all-minilm-l6-v2@ffffffffffff"
     assert top.config_key == "key-bm25-nq"
+
+
+def test_archive_keeps_slim_runs_that_publish_the_same_figures_and_accumulates_newest(tmp_path):
+    grid(tmp_path / "res", n=20, datasets=("nq",))
+    write_run(tmp_path / "res", "bm25", "nq", [("Paris", ["Paris"])] * 3, overrides="method.top_k=2")
+    written = archive(tmp_path / "res", tmp_path / "runs")
+    assert len(written) == 5
+    rec = json.loads((written[0] / "predictions.jsonl").read_text().splitlines()[0])
+    assert "context" not in rec and "question" not in rec and len(rec["context_sha1"]) == 12
+    cols = ["variant", "n", "subem", "f1", "cr", "compress_s", "commit", "config_key"]
+    before = stats.add_uncertainty(collect(tmp_path / "res"))
+    after = stats.add_uncertainty(collect(tmp_path / "runs"))
+    assert after[cols].equals(before[cols]) and after.recomputed.all()
+    assert after[["subem_lo", "d_f1", "p_subem"]].equals(before[["subem_lo", "d_f1", "p_subem"]])
+    assert "bm25[method.top_k=2]" in set(after.variant)
+    # a later session: a newer bm25 run replaces the archived one, an older full run does not
+    write_run(tmp_path / "s2", "bm25", "nq", [("Paris", ["Paris"])] * 4, finished="2026-11-23T10:00:00+0000")
+    write_run(tmp_path / "s2", "full", "nq", [("x", ["Paris"])] * 4, finished="2026-11-01T10:00:00+0000")
+    assert [p.name for p in archive(tmp_path / "s2", tmp_path / "runs")] == ["bm25"]
+    now = collect(tmp_path / "runs").set_index("variant")
+    assert (now.loc["bm25", "n"], now.loc["full", "n"], len(now)) == (4, 20, 5)
+    (tmp_path / "runs" / "NOTES.md").write_text("## Notes on this snapshot\n\nmade by hand\n")
+    publish(tmp_path / "runs", tmp_path / "out", resamples=50)
+    assert (tmp_path / "out" / "leaderboard.md").read_text().endswith("## Notes on this snapshot\n\nmade by hand\n")
 
 
 def test_read_predictions_takes_the_examples_of_the_summary(tmp_path):

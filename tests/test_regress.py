@@ -95,6 +95,13 @@ def test_real_small_grid_update_then_rerun_passes_and_a_better_baseline_fails(tm
     assert regress.main([*args, "--out", str(tmp_path / "run2")]) == 0  # greedy: the same answers again
     assert "PASS" in capsys.readouterr().out
 
+    # a partial update rewrites its own cells and keeps the others of the grid, files and summaries
+    naive_before = (tmp_path / "base" / "nq__naive.jsonl").read_text()
+    assert regress.main([*args, "--update", "--methods", "bm25", "--out", str(tmp_path / "run3")]) == 0
+    summary = json.loads((tmp_path / "base" / "summary.json").read_text())
+    assert set(summary["cells"]) == {"nq__naive", "nq__bm25"} and summary["updated_cells"] == ["nq__bm25"]
+    assert (tmp_path / "base" / "nq__naive.jsonl").read_text() == naive_before
+
     # a baseline claiming the gold answer everywhere: every example that differs is listed, and the drop fails
     current = regress.read_baseline(tmp_path / "base", ["nq__naive", "nq__bm25"])
     better = {
