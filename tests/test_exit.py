@@ -149,3 +149,28 @@ def test_lora_path_with_a_tiny_random_gemma(env, tmp_path, small):
     assert len(a) == len(b) == 5 and a != pytest.approx(b, abs=1e-4)
     full = _bound(env, model=str(base_dir), adapter=str(lora_dir), prompt="literal", share_prefix=False)
     assert full.compress(small).meta["scores"] == pytest.approx(b, abs=2e-4)
+
+
+def test_threshold_curve_from_records_reproduces_the_adapters_selection(env, small, scores, tmp_path):
+    import json
+
+    from harness.prompt import render_documents
+    from methods.exit_curve import curve
+
+    data = tmp_path / "d.jsonl"
+    ctxs = [{"title": p.title, "text": p.text} for p in small.passages]
+    data.write_text(json.dumps({"id": small.id, "question": small.question, "answers": ["Paris"], "ctxs": ctxs}))
+    original = env.count_tokens(render_documents([p.render() for p in small.passages]))
+    run = tmp_path / "run"
+    run.mkdir()
+    dataset = {"name": "d", "path": str(data), "top_k": 5, "rank": "none"}
+    (run / "summary.json").write_text(json.dumps({"config": {"dataset": dataset}}))
+    record = {"id": small.id, "original_tokens": original, "meta": {"scores": scores}}
+    (run / "predictions.jsonl").write_text(json.dumps(record) + "\n")
+    cut = sorted(scores)[2]
+    rows = curve(run, (0.0, cut, 1.01), count_tokens=env.count_tokens)
+    kept = _bound(env, threshold=cut).compress(small).documents
+    assert rows[1]["cr"] == pytest.approx(original / env.count_tokens(render_documents(kept)))
+    everything = render_documents([p.text for p in small.passages])
+    assert rows[0]["cr"] == pytest.approx(original / env.count_tokens(everything))
+    assert (rows[2]["cr"], rows[2]["empty"], rows[1]["empty"]) == (None, 1, 0)
