@@ -189,3 +189,16 @@ def test_empty_truncation_means_closed_book():
     assert empty.meta["diagnostics"] == {"eligible": True, "recall1": 1.0, "hit2_at1": 1.0, "recall3": 0.0}
     one = CompSelect._result(ex, x, clues, [], clues, [0.9, 0.1], 1, "Sentence 1: ...", {"extract": 1.0})
     assert one.documents == [SOURCES[1]] and one.units == [Unit(0, 1)] and one.meta["k"] == 1
+
+
+def test_balance_empty_keeps_every_nonempty_label_and_caps_the_empty_ones():
+    from methods.compselect.labels import balance_empty
+
+    ids = [f"q{i}" for i in range(20)]
+    k = {i: (2 if n % 5 == 0 else 0) for n, i in enumerate(ids)}  # 4 non-empty, 16 empty
+    assert balance_empty(ids, k, None, 0) == ids
+    kept = balance_empty(ids, k, 1.0, 0)
+    assert [i for i in kept if k[i] > 0] == ["q0", "q5", "q10", "q15"] and len(kept) == 8
+    assert kept == [i for i in ids if i in set(kept)]  # original order
+    assert kept == balance_empty(ids, k, 1.0, 0) and kept != balance_empty(ids, k, 1.0, 1)
+    assert len(balance_empty(ids, k, 10.0, 0)) == 20  # a cap above the count keeps all

@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -84,3 +85,16 @@ def reranker_pairs(clues: Sequence[str], positive: Sequence[bool]) -> list[tuple
     if not pos or not neg:
         return []
     return [(p, n) for p in pos for n in neg]
+
+
+def balance_empty(ids: Sequence[str], k: dict[str, int], ratio: float | None, seed: int) -> list[str]:
+    """Training questions for the truncator with the empty label (K = 0) down-sampled to at most ``ratio``
+    times the non-empty ones (a departure from the paper, off when ``ratio`` is None). With a weak generator
+    most labels are empty and the truncator learns to cut everything; this keeps every non-empty label and a
+    seeded random subset of the empty ones, in the original order."""
+    if ratio is None:
+        return list(ids)
+    empty = [i for i in ids if k[i] == 0]
+    cap = int(ratio * (len(ids) - len(empty)))
+    keep = set(random.Random(seed).sample(empty, min(cap, len(empty))))
+    return [i for i in ids if k[i] > 0 or i in keep]

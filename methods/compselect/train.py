@@ -235,7 +235,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     from harness.models import cache_dir, resolve
     from harness.runner import get_generator
     from methods.compselect.cache import CallCache
-    from methods.compselect.labels import reranker_pairs
+    from methods.compselect.labels import balance_empty, reranker_pairs
     from methods.compselect.lora_lm import LoraLM, adapter_digest
     from methods.compselect.method import extractor_input
     from methods.compselect.parsing import map_clues
@@ -420,6 +420,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         "questions": len(ks),
         "k_histogram": dict(sorted(k_hist.items())),
         "empty": k_hist.get(0, 0),
+        "balance_empty": cfg.truncator.get("balance_empty"),
         "output": cfg.truncator.output,
         "scan": cfg.truncator.scan,
     }
@@ -432,7 +433,14 @@ def run(cfg: DictConfig) -> dict[str, Any]:
                     cfg.truncator,
                     cfg,
                     lm,
-                    trunc_examples(splits["labels"]["train"]),
+                    trunc_examples(
+                        balance_empty(
+                            [i for i in splits["labels"]["train"] if i in ks],
+                            ks,
+                            cfg.truncator.get("balance_empty"),
+                            int(cfg.seed),
+                        )
+                    ),
                     trunc_examples(splits["labels"]["val"]),
                     out,
                 ),
