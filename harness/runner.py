@@ -87,7 +87,7 @@ def process(
     for ex, comp, gen in zip(examples, comps, gens, strict=True):
         original = generator.count_tokens(render_documents([p.render() for p in ex.passages]))
         compressed = generator.count_tokens(render_documents(comp.documents))
-        rows.append(_record(ex, comp, gen, original, compressed, (t1 - t0) / n, (t2 - t1) / n))
+        rows.append(_record(ex, comp, gen, original, compressed, (t1 - t0) / n + comp.replayed_s, (t2 - t1) / n))
     return rows, t2 - t0
 
 

@@ -57,7 +57,11 @@ def _write_run(row: pd.Series, dest: Path) -> None:
     with (dest / PREDICTIONS).open("w", encoding="utf-8") as f:
         for rec in preds.to_dict("records"):
             clean = {k: v for k, v in rec.items() if not (isinstance(v, float) and pd.isna(v))}
-            f.write(json.dumps(slim_record(clean, KEEP), ensure_ascii=False) + "\n")
+            slim = slim_record(clean, KEEP)
+            diagnostics = (clean.get("meta") or {}).get("diagnostics") if isinstance(clean.get("meta"), dict) else None
+            if diagnostics:  # kept so the summary of a run resumed from the archive still averages them
+                slim["meta"] = {"diagnostics": diagnostics}
+            f.write(json.dumps(slim, ensure_ascii=False) + "\n")
 
 
 def archive(results: str | Path | Iterable[str | Path], dest: str | Path) -> list[Path]:

@@ -46,3 +46,28 @@ def test_compresses_two_real_examples(compselect, nq5):
     info = compselect.describe()
     assert set(info["adapters"]) == {"extractor", "truncator"}
     assert all(a["sha256"] for a in info["adapters"].values()) and info["reranker"]["trained"]["lora"]
+
+
+def test_extractor_cache_replays_output_and_its_measured_time(env, generator, nq5, tmp_path, monkeypatch):
+    """The ablations share the extractor through its cache: a second run of the same prompt gives the same
+    clues without generating, and the run still pays the seconds the extraction was measured at."""
+    from harness.runner import process
+
+    monkeypatch.setenv("RAG_HARNESS_CACHE", str(tmp_path))
+    m = build_method(method_config("compselect_no_truncator"))
+    m.bind(env)
+    (fresh,) = m.compress_batch([nq5[2]])
+    assert fresh.replayed_s == 0.0 and "extract_cached" not in fresh.meta
+    calls = []
+    real = m.lm.generate
+    m.lm.generate = lambda *a, **k: calls.append(a) or real(*a, **k)
+    rows, _ = process([nq5[2]], m, generator)
+    assert calls == []  # nothing generated: the extraction came from the cache
+    (again,) = m.compress_batch([nq5[2]])
+    assert again.documents == fresh.documents and again.meta["extract_cached"] is True
+    assert 0 < again.replayed_s <= fresh.timings["extract"]  # the generation inside the measured stage
+    assert rows[0]["compress_s"] >= again.replayed_s and rows[0]["meta"]["extract_cached"] is True
+    off = build_method(method_config("compselect_no_truncator"))
+    off.extractor_cache = False
+    off.bind(env)
+    assert off._cache is None

@@ -43,7 +43,8 @@ class TransformersGenerator:
         self.name, self.model_ref, self.dtype = name, model, dtype
         self.max_new_tokens, self.batch_size, self.max_input_tokens = max_new_tokens, batch_size, max_input_tokens
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
-        torch.set_num_threads(threads or os.cpu_count() or 1)
+        # unset: OMP_NUM_THREADS when the environment sets it (parallel jobs), else every core
+        torch.set_num_threads(threads or int(os.environ.get("OMP_NUM_THREADS") or 0) or os.cpu_count() or 1)
         self.model, self.tokenizer = resources.causal_lm(model, dtype, trust_remote_code)
 
     def count_tokens(self, text: str) -> int:

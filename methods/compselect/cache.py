@@ -15,6 +15,15 @@ from pathlib import Path
 from typing import Any
 
 
+def machine_fingerprint() -> dict[str, Any]:
+    """This host, its CPU/GPU and torch's thread count: a cached *time* is only valid where it was measured."""
+    import platform
+
+    from harness.provenance import hardware
+
+    return {**hardware(), "host": platform.node()}
+
+
 def _strip_paths(obj: Any) -> Any:
     if isinstance(obj, dict):
         return {k: _strip_paths(v) for k, v in obj.items() if k != "path"}
@@ -45,6 +54,9 @@ class CallCache:
     def key(self, prompt: Any) -> str:
         blob = self.namespace + "\n" + json.dumps(prompt, sort_keys=True, ensure_ascii=False)
         return hashlib.sha256(blob.encode()).hexdigest()
+
+    def has(self, prompt: Any) -> bool:
+        return self.key(prompt) in self._rows
 
     def get(self, prompts: Sequence[Any], compute: Callable[[list[Any]], list[Any]], chunk: int = 32) -> list[Any]:
         """Outputs for ``prompts``; the missing ones are computed ``chunk`` at a time and appended as they come,

@@ -8,11 +8,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from harness.protocols import Compressor, MethodEnv
+from harness.models import cache_dir
+from harness.protocols import Compressor, Messages, MethodEnv
 from harness.text import passage_sentences, rank_desc
 from harness.types import Compressed, Example, Unit
+from methods.compselect.cache import CallCache, machine_fingerprint
 from methods.compselect.cascade import cascade
-from methods.compselect.lora_lm import LoraLM, shared_lora_lm
+from methods.compselect.lora_lm import LoraLM, adapter_digest, shared_lora_lm
 from methods.compselect.parsing import DEFAULT_THRESHOLD, Clue, map_clues, parse_truncation
 from methods.compselect.prompts import OUTPUTS, extractor_messages, truncator_messages
 
@@ -71,6 +73,14 @@ class CompSelect(Compressor):
     extractor's order). ``truncation``: ``adaptive`` (the truncator), ``none`` (keep every clue) or ``random``
     (K uniform in [0, n], seeded per example). ``truncator_output``: ``text`` (CompSelect) or ``index``
     (FineFilter's K).
+
+    ``extractor_cache`` (on unless set false): the extractor's outputs are kept in
+    ``<cache_dir>/compselect/inference_extractor_calls.jsonl``, keyed by the LM, the adapter's weights hash,
+    the decoding settings, this machine and its thread count, and the prompt; the ablations that share an
+    extractor (no reranker, no truncator, random truncation) then run it once. A replayed output brings the
+    seconds it was measured at (``Compressed.replayed_s``, added to the run's compression time) and is flagged
+    ``extract_cached`` in the record. A cached output was computed in the batch it first came in, so it may
+    differ from a fresh batch's in the last float bits (padding), never in the prompt.
     """
 
     name = "compselect"
@@ -92,6 +102,7 @@ class CompSelect(Compressor):
         device: str = "cpu",
         seed: int = 0,
         trust_remote_code: bool = False,
+        extractor_cache: bool = True,
     ) -> None:
         super().__init__()
         if truncation not in TRUNCATIONS:
@@ -108,8 +119,9 @@ class CompSelect(Compressor):
             truncator_max_new_tokens,
         )
         self.lm_batch_size, self.dtype, self.device, self.seed = lm_batch_size, dtype, device, seed
-        self.trust_remote_code = trust_remote_code
+        self.trust_remote_code, self.extractor_cache = trust_remote_code, extractor_cache
         self.lm: LoraLM | None = None
+        self._cache: CallCache | None = None
 
     def bind(self, env: MethodEnv) -> None:
         super().bind(env)
@@ -119,21 +131,49 @@ class CompSelect(Compressor):
         self.lm = shared_lora_lm(self.lm_ref, adapters, self.dtype, self.device, self.trust_remote_code)
         if self.reranker is not None and hasattr(self.reranker, "load"):
             self.reranker.load()
+        if self.extractor_cache:
+            self._cache = CallCache(
+                cache_dir() / "compselect" / "inference_extractor_calls.jsonl",
+                {
+                    "lm": self.lm.describe()["lm"],
+                    "dtype": self.dtype,
+                    "device": self.device,
+                    "adapter": adapter_digest(self.extractor) if self.extractor else None,
+                    "max_new_tokens": self.extractor_max_new_tokens,
+                    "batch_size": self.lm_batch_size,
+                    "machine": machine_fingerprint(),
+                },
+            )
 
     # -- stages ----------------------------------------------------------------------------------------------
-    def extract(self, examples: Sequence[Example]) -> tuple[list[ExtractorInput], list[list[Clue]], list[list[str]]]:
+    def _generate_clues(self, prompts: list[Messages]) -> tuple[list[str], list[float]]:
+        """The extractor's raw outputs and, per prompt, the seconds replayed from the cache (0: computed
+        now)."""
+        assert self.lm is not None, "bind() first"
+        adapter = "extractor" if self.extractor else None
+
+        def compute(ps: list[Messages]) -> list[dict[str, Any]]:
+            t = time.perf_counter()
+            outs = self.lm.generate(ps, adapter, self.extractor_max_new_tokens, self.lm_batch_size)
+            each = (time.perf_counter() - t) / max(len(ps), 1)
+            return [{"text": o, "seconds": each} for o in outs]
+
+        if self._cache is None:
+            return [r["text"] for r in compute(prompts)], [0.0] * len(prompts)
+        cached = [self._cache.has(p) for p in prompts]
+        rows = self._cache.get(prompts, compute)
+        return [r["text"] for r in rows], [r["seconds"] if c else 0.0 for r, c in zip(rows, cached, strict=True)]
+
+    def extract(
+        self, examples: Sequence[Example]
+    ) -> tuple[list[ExtractorInput], list[list[Clue]], list[list[str]], list[float]]:
         """Stage 1: generate clue lines and map them to source sentences (clue.source indexes
-        ``inputs[i].units``)."""
+        ``inputs[i].units``); last, the seconds replayed from the extractor cache per example."""
         assert self.lm is not None, "bind() first"
         inputs = [extractor_input(self.lm, e, self.max_input_tokens) for e in examples]
-        outs = self.lm.generate(
-            [x.messages for x in inputs],
-            "extractor" if self.extractor else None,
-            self.extractor_max_new_tokens,
-            self.lm_batch_size,
-        )
+        outs, replayed = self._generate_clues([x.messages for x in inputs])
         mapped = [map_clues(o, x.sentences[: x.shown], self.match_threshold) for o, x in zip(outs, inputs, strict=True)]
-        return inputs, [m[0] for m in mapped], [m[1] for m in mapped]
+        return inputs, [m[0] for m in mapped], [m[1] for m in mapped], replayed
 
     def rerank(self, question: str, clues: list[Clue]) -> tuple[list[Clue], list[float] | None]:
         """Stage 2: clues by descending reranker score (ties and ``reranker=None`` keep the extractor's
@@ -173,17 +213,23 @@ class CompSelect(Compressor):
     def compress_batch(self, examples: Sequence[Example]) -> list[Compressed]:
         n = max(len(examples), 1)
         t0 = time.perf_counter()
-        inputs, clues, dropped = self.extract(examples)
+        inputs, clues, dropped, replayed = self.extract(examples)
         t1 = time.perf_counter()
         reranked = [self.rerank(e.question, c) for e, c in zip(examples, clues, strict=True)]
         t2 = time.perf_counter()
         ks, raw = self.truncate(examples, [r[0] for r in reranked])
         t3 = time.perf_counter()
         timings = {"extract": (t1 - t0) / n, "rerank": (t2 - t1) / n, "truncate": (t3 - t2) / n}
-        return [
-            self._result(e, x, c, d, r, scores, k, o, timings)
-            for e, x, c, d, (r, scores), k, o in zip(examples, inputs, clues, dropped, reranked, ks, raw, strict=True)
-        ]
+        results = []
+        for e, x, c, d, (r, scores), k, o, rs in zip(
+            examples, inputs, clues, dropped, reranked, ks, raw, replayed, strict=True
+        ):
+            comp = self._result(e, x, c, d, r, scores, k, o, {**timings, "extract": timings["extract"] + rs})
+            if rs:
+                comp.replayed_s = rs
+                comp.meta["extract_cached"] = True
+            results.append(comp)
+        return results
 
     @staticmethod
     def _result(
