@@ -66,6 +66,22 @@ class RunRecords:
         self.predictions = {r["id"]: r for r in _read_jsonl(self.folder / PREDICTIONS)}
         self.latency = {r["id"]: r for r in _read_jsonl(self.folder / LATENCY)}
 
+    def check_weights(self, digests: Sequence[str]) -> None:
+        """Refuse to resume a run whose models' weights (the SHA-256 digests the method and generator
+        describe) differ from those of the records already here: mixing two models' outputs in one run would
+        be silent. A run folder from before this check (no digests stored) gets them now."""
+        run_file = self.folder / RUN
+        run = json.loads(run_file.read_text())
+        digests = sorted(set(digests))
+        if "weights" in run and run["weights"] != digests and self.predictions:
+            raise RunFolderMismatch(
+                f"{self.folder} holds records made with other model weights (sha256 {run['weights']} != "
+                f"{digests}); use another results_dir or delete the folder"
+            )
+        if run.get("weights") != digests:
+            run["weights"] = digests
+            run_file.write_text(json.dumps(run, indent=1, default=str))
+
     def _append(self, name: str, rows: Iterable[dict[str, Any]]) -> None:
         with (self.folder / name).open("a", encoding="utf-8") as f:
             for r in rows:

@@ -111,6 +111,7 @@ def run(cfg: DictConfig, out_dir: str | Path) -> dict[str, Any]:
     generator, generator_loaded = get_generator(cfg.generator)
     compressor = build_method(cfg.method)
     compressor.bind(MethodEnv(count_tokens=generator.count_tokens, generator=generator))
+    records.check_weights(weight_digests(compressor.describe()) + weight_digests(generator.describe()))
     load_s = time.perf_counter() - t_load
 
     todo = [e for e in examples if e.id not in records.predictions]
@@ -165,6 +166,18 @@ def run(cfg: DictConfig, out_dir: str | Path) -> dict[str, Any]:
     }
     records.write_summary(summary)
     return summary
+
+
+def weight_digests(info: Any) -> list[str]:
+    """Every ``sha256`` value in a ``describe()`` tree: the weights a method or generator loaded."""
+    if isinstance(info, dict):
+        found = []
+        for k, v in info.items():
+            found += [v] if k == "sha256" and isinstance(v, str) else weight_digests(v)
+        return found
+    if isinstance(info, list | tuple):
+        return [d for v in info for d in weight_digests(v)]
+    return []
 
 
 def records_key(records: RunRecords) -> str:

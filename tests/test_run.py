@@ -114,6 +114,21 @@ def test_folder_of_another_config_is_refused(tmp_path, generator):
     assert s["n"] == 2 and s["run"]["examples_computed"] == 1
 
 
+def test_folder_made_with_other_weights_is_refused(tmp_path, generator):
+    """Same config, other weights (a re-trained adapter behind the same path): resuming would mix two models'
+    records, so it is refused; a folder from before weights were stored takes them on the next run."""
+    run(compose_cfg("method=naive", "dataset=nq", "limit=1"), tmp_path)
+    run_file = tmp_path / "run.json"
+    stored = json.loads(run_file.read_text())
+    assert stored["weights"] == [generator.describe()["model"]["sha256"]]
+    run_file.write_text(json.dumps({**stored, "weights": ["0" * 64]}))
+    with pytest.raises(RunFolderMismatch, match="other model weights"):
+        run(compose_cfg("method=naive", "dataset=nq", "limit=2"), tmp_path)
+    run_file.write_text(json.dumps({k: v for k, v in stored.items() if k != "weights"}))
+    assert run(compose_cfg("method=naive", "dataset=nq", "limit=2"), tmp_path)["n"] == 2
+    assert json.loads(run_file.read_text())["weights"] == stored["weights"]
+
+
 def test_unknown_method_fails_fast_listing_valid_ones(tmp_path):
     t0 = time.time()
     r = subprocess.run(

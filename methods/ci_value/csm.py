@@ -13,8 +13,10 @@ Departure: the encoder is frozen (released ``csm.py``); the paper does not say w
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
+from harness.models import file_sha256
 from harness.protocols import Compressor, MethodEnv
 from harness.types import Compressed, Example
 
@@ -119,5 +121,6 @@ class CSMSelect(Compressor):
     def describe(self) -> dict[str, Any]:
         cfg = {k: v for k, v in self.head_config.items() if k not in ("figures",)}
         return {"name": self.name, "granularity": self.granularity, "threshold": self.threshold,
-                "weights": self.weights, "head": cfg,
+                "weights": {"path": self.weights, "sha256": file_sha256(Path(self.weights) / "head.safetensors")},
+                "head": cfg,
                 "dedup": {"encoder": self.dedup_encoder, "threshold": self.dedup_threshold}}
