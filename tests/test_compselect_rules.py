@@ -11,13 +11,14 @@ from methods.compselect.cascade import cascade
 from methods.compselect.labels import (
     answer_sentences,
     knn_expand,
+    likelihood_label,
     order_by_similarity,
     reranker_pairs,
     truncation_label,
 )
 from methods.compselect.parsing import map_clues, parse_lines, parse_truncation
 from methods.compselect.prompts import truncator_target
-from methods.compselect.train import truncation_labels
+from methods.compselect.train import likelihood_fallback, truncation_labels
 
 SOURCES = [
     "Paris is the capital and most populous city of France.",
@@ -202,3 +203,35 @@ def test_balance_empty_keeps_every_nonempty_label_and_caps_the_empty_ones():
     assert kept == [i for i in ids if i in set(kept)]  # original order
     assert kept == balance_empty(ids, k, 1.0, 0) and kept != balance_empty(ids, k, 1.0, 1)
     assert len(balance_empty(ids, k, 10.0, 0)) == 20  # a cap above the count keeps all
+
+
+def test_likelihood_label_is_the_most_likely_prefix_smallest_on_ties():
+    assert likelihood_label([2.0, 0.5, 0.9]) == 1
+    assert likelihood_label([0.4, 0.5, 0.9]) == 0  # no clue helps: empty
+    assert likelihood_label([2.0, 0.5, 0.5]) == 1
+    with pytest.raises(ValueError):
+        likelihood_label([])
+
+
+def test_likelihood_fallback_replaces_only_the_empty_labels():
+    """A deterministic NLL: the gold answer gets likelier with each clue that contains it, a little less
+    likely with a distractor."""
+
+    class Nll:
+        def __init__(self):
+            self.asked = []
+
+        def nll(self, items):
+            self.asked += [len(docs) for _, docs, _ in items]
+            return [3.0 - sum(2.0 if "ANSWER" in d else -0.1 for d in docs) for _, docs, _ in items]
+
+    questions = [
+        ("q1", ["ANSWER a", "b"], ["x"]),  # the paper's label stands
+        ("q2", ["half ANSWER", "b", "c"], ["x"]),  # not correct anywhere, but the first clue helps
+        ("q3", ["a", "b"], ["x"]),  # nothing helps
+    ]
+    nll = Nll()
+    ks, nlls = likelihood_fallback(nll, questions, [1, 0, 0])
+    assert ks == [1, 1, 0]
+    assert nlls[0] is None and nlls[1] == [3.0, 1.0, 1.1, 1.2] and nlls[2] == [3.0, 3.1, 3.2]
+    assert nll.asked == [0, 1, 2, 3, 0, 1, 2]  # every prefix of the empty-labelled questions, the empty one too

@@ -11,6 +11,10 @@
   10), 0 (the empty set) when no prefix is correct. The authors' code scans k = n..1 and stops at the first
   correct prefix, i.e. returns the *largest* correct k; it is kept as ``scan="authors_code"`` for comparison
   only.
+- Truncator fallback (a departure for weak generators, off by default): where no prefix is correct, K = the
+  prefix under which the generator finds the gold answer most likely (``likelihood_label``). With SmolLM2-135M
+  81 of 89 paper labels are empty and the truncator learns to cut everything; the answer's likelihood grades
+  the prefixes the correctness test cannot tell apart.
 """
 
 from __future__ import annotations
@@ -69,6 +73,15 @@ def truncation_label(n: int, correct: Callable[[int], bool], scan: str = "argmin
     none is correct.
     """
     return next((k for k in scan_order(n, scan) if correct(k)), 0)
+
+
+def likelihood_label(nlls: Sequence[float]) -> int:
+    """The fallback truncation label (a departure, ``truncator.fallback=likelihood``): given the generator's
+    gold-answer NLL with the first k ranked clues for k = 0..n, the k with the lowest NLL (the smallest such k
+    on ties; 0 when no clue makes the answer more likely than no context)."""
+    if not len(nlls):
+        raise ValueError("likelihood_label needs the NLL of at least the empty prefix")
+    return min(range(len(nlls)), key=lambda k: (nlls[k], k))
 
 
 def scan_order(n: int, scan: str = "argmin") -> list[int]:

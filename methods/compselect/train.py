@@ -139,6 +139,48 @@ def truncation_labels(
     return [truncation_label(len(o), verdicts[i].__getitem__, scan) for i, o in enumerate(orders)]
 
 
+class NllLabeller:
+    """The generator's teacher-forced gold-answer NLL for (question, clue list) prompts, the minimum over the
+    first ``max_answers`` gold aliases; every (prompt, answer) is cached."""
+
+    def __init__(self, generator, cache_path: Path, max_answers: int = 5) -> None:
+        from methods.compselect.cache import CallCache
+
+        self.generator, self.max_answers = generator, max_answers
+        self.cache = CallCache(cache_path, {"generator": generator.describe(), "call": "answer_nll"})
+
+    def nll(self, items: Sequence[tuple[str, list[str], Sequence[str]]]) -> list[float]:
+        from harness.prompt import build_messages
+
+        pairs = [(build_messages(q, docs), a) for q, docs, golds in items for a in list(golds)[: self.max_answers]]
+        values = self.cache.get(
+            [{"messages": m, "answer": a} for m, a in pairs],
+            lambda ps: self.generator.answer_nll([p["messages"] for p in ps], [p["answer"] for p in ps]),
+        )
+        out, i = [], 0
+        for _, _, golds in items:
+            n = len(list(golds)[: self.max_answers])
+            out.append(min(values[i : i + n]) if n else float("inf"))
+            i += n
+        return out
+
+
+def likelihood_fallback(
+    nll: NllLabeller, questions: Sequence[tuple[str, list[str], Sequence[str]]], ks: Sequence[int]
+) -> tuple[list[int], list[list[float] | None]]:
+    """``ks`` with every empty label (0) replaced by ``labels.likelihood_label`` over the prefixes k = 0..n;
+    also the NLLs behind each replaced label."""
+    from methods.compselect.labels import likelihood_label
+
+    todo = [i for i, k in enumerate(ks) if k == 0]
+    asks = [(i, k) for i in todo for k in range(len(questions[i][1]) + 1)]
+    values = nll.nll([(questions[i][0], questions[i][1][:k], questions[i][2]) for i, k in asks])
+    per: dict[int, list[float]] = {}
+    for (i, _), v in zip(asks, values, strict=True):
+        per.setdefault(i, []).append(round(float(v), 5))
+    return [likelihood_label(per[i]) if i in per else k for i, k in enumerate(ks)], [per.get(i) for i in range(len(ks))]
+
+
 def extractor_targets(cfg: DictConfig, lm, encoder, examples: Sequence) -> list[dict[str, Any]]:
     """Per example: the prompt's shown sentences, S^a, the KNN additions and the ordered target (flat
     indices)."""
@@ -386,20 +428,29 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             scores = reranker.score(by_id[i].question, [c.text for c in clues[i]])
             ranked[i] = [clues[i][j] for j in sorted(range(len(scores)), key=lambda j: (-scores[j], j))]
         questions = [i for i in label_ids if ranked[i]]
-        ks = dict(
-            zip(
-                questions,
-                truncation_labels(
-                    labeller,
-                    [(by_id[i].question, [c.text for c in ranked[i]], by_id[i].answers) for i in questions],
-                    cfg.truncator.scan,
-                ),
-                strict=True,
-            )
-        )
+        asked = [(by_id[i].question, [c.text for c in ranked[i]], by_id[i].answers) for i in questions]
+        paper_ks = truncation_labels(labeller, asked, cfg.truncator.scan)
+        fallback = cfg.truncator.get("fallback")
+        nlls: list[list[float] | None] = [None] * len(questions)
+        if fallback == "likelihood":
+            nll_labeller = NllLabeller(generator, cache_root / "generator_nll_calls.jsonl")
+            final_ks, nlls = likelihood_fallback(nll_labeller, asked, paper_ks)
+        elif fallback is None:
+            final_ks = paper_ks
+        else:
+            raise ValueError(f"truncator.fallback={fallback!r}; valid: null, likelihood")
+        ks = dict(zip(questions, final_ks, strict=True))
     write_jsonl(
         out / "labels" / "truncator_labels.jsonl",
-        [{"id": i, "ranked": [c.text for c in ranked[i]], "k": ks[i]} for i in questions],
+        [
+            {
+                "id": i,
+                "ranked": [c.text for c in ranked[i]],
+                "k": ks[i],
+                **({"paper_k": pk, "nll": nl} if nl is not None else {}),
+            }
+            for i, pk, nl in zip(questions, paper_ks, nlls, strict=True)
+        ],
     )
 
     def trunc_examples(ids):
@@ -421,6 +472,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         "k_histogram": dict(sorted(k_hist.items())),
         "empty": k_hist.get(0, 0),
         "balance_empty": cfg.truncator.get("balance_empty"),
+        "fallback": cfg.truncator.get("fallback"),
+        "paper_empty": sum(1 for k in paper_ks if k == 0),
         "output": cfg.truncator.output,
         "scan": cfg.truncator.scan,
     }
