@@ -92,6 +92,34 @@ def test_lora_sft_lowers_the_loss_and_round_trips(generator, tmp_path):
         assert torch.allclose(logits(loaded.model, ids), logits(model, ids), atol=2e-2)  # fp16 weights on disk
 
 
+def test_token_loss_norm_weighs_every_target_token_alike(generator):
+    """With ``loss_norm=token`` a step's loss is the mean over its target tokens, so the one-token empty
+    target no longer weighs as much as a whole kept prefix; ``example`` keeps the per-example mean."""
+    from methods.compselect.lora_lm import LoraLM
+    from methods.compselect.prompts import truncator_messages, truncator_target
+    from methods.compselect.sft import _loss, make_example, train_lora
+
+    lm = LoraLM(LM)
+    ranked = ["The Eiffel Tower was completed in 1889.", "Lyon is a city in France."]
+    data = [
+        make_example(lm, truncator_messages("When was it completed?", ranked), truncator_target(ranked, 2)),
+        make_example(lm, truncator_messages("Where is Lyon?", ranked), truncator_target(ranked, 0)),
+    ]
+    with torch.no_grad():
+        losses = [float(_loss(generator.model, e)) for e in data]  # LoRA starts as the identity
+    sizes = [len(e.target) for e in data]
+    kw = dict(r=4, alpha=8, dropout=0.0, target_modules=["q_proj"], lr=1e-4, epochs=1, grad_accum=2,
+              warmup_ratio=0.0, seed=0)
+    for norm, expected in (
+        ("token", sum(x * n for x, n in zip(losses, sizes, strict=True)) / sum(sizes)),
+        ("example", sum(losses) / 2),
+    ):
+        _, report = train_lora(generator.model, data, [], loss_norm=norm, **kw)
+        assert report["loss_norm"] == norm and report["step_losses"][0] == pytest.approx(expected, abs=1e-3)
+    with pytest.raises(ValueError, match="loss_norm"):
+        train_lora(generator.model, data, [], loss_norm="batch", **kw)
+
+
 def test_reranker_training_lowers_the_loss(tmp_path):
     from methods.compselect.rerank_train import save_reranker, train_reranker
     from methods.compselect.reranker import ClueReranker

@@ -84,8 +84,17 @@ def train_lora(
     warmup_ratio: float,
     seed: int,
     max_steps: int | None = None,
+    loss_norm: str = "example",
 ) -> tuple[Any, dict[str, Any]]:
-    """Train a LoRA adapter on ``base`` (left untouched); returns the peft model and a report of the run."""
+    """Train a LoRA adapter on ``base`` (left untouched); returns the peft model and a report of the run.
+
+    ``loss_norm``: ``example`` averages each example's mean token loss over the optimizer step (every example
+    weighs the same); ``token`` averages over every target token of the step (HF Trainer's normalisation under
+    gradient accumulation, so LLaMA-Factory's). The difference matters for the truncator: an empty target is
+    one token (stop), so per example it outweighs the first token of a kept prefix ~30 to 1.
+    """
+    if loss_norm not in ("example", "token"):
+        raise ValueError(f"loss_norm={loss_norm!r}; valid: example, token")
     import torch
     from peft import get_peft_model
 
@@ -116,8 +125,14 @@ def train_lora(
     step_losses, acc, n_acc = [], 0.0, 0
     for i, j in enumerate(order):
         loss = _loss(model, train[j])
-        (loss / grad_accum).backward()
-        acc, n_acc = acc + float(loss.detach()), n_acc + 1
+        if loss_norm == "token":
+            group = order[i - i % grad_accum : i - i % grad_accum + grad_accum]
+            w = len(train[j].target) / sum(len(train[g].target) for g in group)
+            (loss * w).backward()
+            acc, n_acc = acc + float(loss.detach()) * w * len(group), n_acc + 1
+        else:
+            (loss / grad_accum).backward()
+            acc, n_acc = acc + float(loss.detach()), n_acc + 1
         if n_acc == grad_accum or i == len(order) - 1:
             torch.nn.utils.clip_grad_norm_(params, 1.0)
             opt.step()
@@ -143,6 +158,7 @@ def train_lora(
             "target_modules": list(target_modules) if not isinstance(target_modules, str) else target_modules,
         },
         "seed": seed,
+        "loss_norm": loss_norm,
         "step_losses": step_losses,
         "val_loss_before": val_before,
         "val_loss_after": val_after,

@@ -230,6 +230,7 @@ def sft_stage(name: str, cfg_stage: DictConfig, cfg: DictConfig, lm, train_ex, v
         grad_accum=int(cfg_stage.grad_accum),
         warmup_ratio=float(cfg_stage.warmup_ratio),
         seed=int(cfg.seed),
+        loss_norm=str(cfg_stage.get("loss_norm") or "example"),
     )
     save_adapter(model, out / name, cfg.lm, "float16" if cfg.dtype == "float32" else cfg.dtype)
     del model
