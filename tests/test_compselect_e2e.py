@@ -3,6 +3,9 @@ embedded artifacts (extractor and truncator LoRA on SmolLM2, LoRA-tuned MiniLM r
 
 from __future__ import annotations
 
+import json
+from collections import Counter
+
 import pytest
 from hydra import compose, initialize_config_dir
 
@@ -71,3 +74,15 @@ def test_extractor_cache_replays_output_and_its_measured_time(env, generator, nq
     off.extractor_cache = False
     off.bind(env)
     assert off._cache is None
+
+
+def test_truncator_probe_reports_predicted_against_label_k(tmp_path, generator):
+    from methods.compselect.truncator_probe import main
+
+    labels = REPO / "methods/compselect/artifacts/embedded/labels/truncator_labels.jsonl"
+    rows = labels.read_text().splitlines()[:3]
+    (tmp_path / "l.jsonl").write_text("\n".join(rows) + "\n")
+    report = main([str(REPO / "methods/compselect/artifacts/embedded/truncator"), str(tmp_path / "l.jsonl")])
+    assert report["questions"] == 3 and sum(report["predicted_k"].values()) == 3
+    assert report["label_k"] == dict(sorted(Counter(json.loads(r)["k"] for r in rows).items()))
+    assert 0 <= report["agree_keep_or_not"] <= 3

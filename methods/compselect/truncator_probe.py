@@ -1,0 +1,55 @@
+"""``python -m methods.compselect.truncator_probe <adapter dir> <labels jsonl> [--data DIR]``
+
+How often a truncator adapter keeps clues: it runs the truncator on the ranked clue lists of a
+``truncator_labels.jsonl`` (written by ``methods.compselect.train``) and prints the predicted K against the
+labels' K (counts, and agreement on "keep something" vs "keep nothing"). The figures behind the table in
+``methods/compselect/README.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from collections import Counter
+from pathlib import Path
+
+from harness.provenance import REPO_ROOT
+
+RANK = {"nq": "none", "triviaqa": "none", "hotpotqa": "bm25"}  # as conf/train/compselect.yaml
+
+
+def main(argv: list[str] | None = None) -> dict:
+    from harness.data import DatasetSpec, load_dataset
+    from harness.models import resolve
+    from methods.compselect.lora_lm import LoraLM
+    from methods.compselect.parsing import parse_truncation
+    from methods.compselect.prompts import truncator_messages
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("adapter")
+    ap.add_argument("labels")
+    ap.add_argument("--data", default=os.environ.get("RAG_HARNESS_DATA") or str(REPO_ROOT.parent / "shared/data"))
+    ap.add_argument("--lm", default="embedded:smollm2-135m-instruct")
+    args = ap.parse_args(argv)
+    rows = [json.loads(line) for line in Path(args.labels).read_text().splitlines() if line.strip()]
+    questions = {}
+    for name, rank in RANK.items():
+        path = Path(args.data) / name / "train.jsonl.gz"
+        questions.update({e.id: e.question for e in load_dataset(DatasetSpec(name, str(path), 5, rank, None))})
+    lm = LoraLM(args.lm, {"truncator": args.adapter})
+    outs = lm.generate([truncator_messages(questions[r["id"]], r["ranked"]) for r in rows], "truncator", 128, 8)
+    ks = [parse_truncation(o, r["ranked"], "text") for o, r in zip(outs, rows, strict=True)]
+    report = {
+        "lm": resolve(args.lm).describe()["source"],
+        "questions": len(rows),
+        "predicted_k": dict(sorted(Counter(ks).items())),
+        "label_k": dict(sorted(Counter(r["k"] for r in rows).items())),
+        "agree_keep_or_not": sum((k > 0) == (r["k"] > 0) for k, r in zip(ks, rows, strict=True)),
+    }
+    print(json.dumps(report, indent=1))
+    return report
+
+
+if __name__ == "__main__":
+    main()
