@@ -75,8 +75,9 @@ def subem_vs_cr(df: pd.DataFrame, profile: str, generator: str, path: Path) -> P
             ax.set_xlim(float(pts.cr.min()) / 1.3, float(pts.cr.max()) * 2.2)  # room for the labels
         ax.set_xlabel("compression ratio (original / compressed tokens, log)")
         ax.set_ylabel("SubEM (%) with 95% bootstrap interval")
-        n = int(x.n.max()) if len(x) and x.n.notna().any() else 0
-        ax.set_title(f"{label(d)} (n={n})")
+        ns = sorted({int(v) for v in x.n.dropna()})
+        span = "?" if not ns else str(ns[0]) if len(ns) == 1 else f"{ns[0]}-{ns[-1]} per row"
+        ax.set_title(f"{label(d)} (n={span})")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8, loc="best")
     fig.suptitle(f"SubEM vs CR — {profile} profile, generator {generator}")
