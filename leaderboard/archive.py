@@ -58,7 +58,8 @@ def _write_run(row: pd.Series, dest: Path) -> None:
         for rec in preds.to_dict("records"):
             clean = {k: v for k, v in rec.items() if not (isinstance(v, float) and pd.isna(v))}
             slim = slim_record(clean, KEEP)
-            diagnostics = (clean.get("meta") or {}).get("diagnostics") if isinstance(clean.get("meta"), dict) else None
+            meta = clean.get("meta")
+            diagnostics = meta.get("diagnostics") if isinstance(meta, dict) else None
             if diagnostics:  # kept so the summary of a run resumed from the archive still averages them
                 slim["meta"] = {"diagnostics": diagnostics}
             f.write(json.dumps(slim, ensure_ascii=False) + "\n")

@@ -14,7 +14,7 @@ from harness.text import passage_sentences, rank_desc
 from harness.types import Compressed, Example, Unit
 from methods.compselect.cache import CallCache, machine_fingerprint
 from methods.compselect.cascade import cascade
-from methods.compselect.lora_lm import LoraLM, adapter_digest, shared_lora_lm
+from methods.compselect.lora_lm import LoraLM, shared_lora_lm
 from methods.compselect.parsing import DEFAULT_THRESHOLD, Clue, map_clues, parse_truncation
 from methods.compselect.prompts import OUTPUTS, extractor_messages, truncator_messages
 
@@ -132,13 +132,14 @@ class CompSelect(Compressor):
         if self.reranker is not None and hasattr(self.reranker, "load"):
             self.reranker.load()
         if self.extractor_cache:
+            info = self.lm.describe()  # hashes each adapter file once
             self._cache = CallCache(
                 cache_dir() / "compselect" / "inference_extractor_calls.jsonl",
                 {
-                    "lm": self.lm.describe()["lm"],
+                    "lm": info["lm"],
                     "dtype": self.dtype,
                     "device": self.device,
-                    "adapter": adapter_digest(self.extractor) if self.extractor else None,
+                    "adapter": info["adapters"].get("extractor", {}).get("sha256"),
                     "max_new_tokens": self.extractor_max_new_tokens,
                     "batch_size": self.lm_batch_size,
                     "machine": machine_fingerprint(),

@@ -293,6 +293,9 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     cache_root = Path(cfg.cache_dir) if cfg.cache_dir else cache_dir() / "compselect"
     stages = set(cfg.stages)
+    fallback = cfg.truncator.get("fallback")
+    if fallback not in (None, "likelihood"):  # checked before hours of labelling, not after
+        raise ValueError(f"truncator.fallback={fallback!r}; valid: null, likelihood")
     watch = Stopwatch()
     t_all, c_all = time.perf_counter(), time.process_time()
     manifest: dict[str, Any] = {"created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "seed": int(cfg.seed)}
@@ -431,15 +434,11 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         questions = [i for i in label_ids if ranked[i]]
         asked = [(by_id[i].question, [c.text for c in ranked[i]], by_id[i].answers) for i in questions]
         paper_ks = truncation_labels(labeller, asked, cfg.truncator.scan)
-        fallback = cfg.truncator.get("fallback")
         nlls: list[list[float] | None] = [None] * len(questions)
+        final_ks = paper_ks
         if fallback == "likelihood":
             nll_labeller = NllLabeller(generator, cache_root / "generator_nll_calls.jsonl")
             final_ks, nlls = likelihood_fallback(nll_labeller, asked, paper_ks)
-        elif fallback is None:
-            final_ks = paper_ks
-        else:
-            raise ValueError(f"truncator.fallback={fallback!r}; valid: null, likelihood")
         ks = dict(zip(questions, final_ks, strict=True))
     write_jsonl(
         out / "labels" / "truncator_labels.jsonl",
@@ -473,7 +472,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         "k_histogram": dict(sorted(k_hist.items())),
         "empty": k_hist.get(0, 0),
         "balance_empty": cfg.truncator.get("balance_empty"),
-        "fallback": cfg.truncator.get("fallback"),
+        "fallback": fallback,
         "paper_empty": sum(1 for k in paper_ks if k == 0),
         "output": cfg.truncator.output,
         "scan": cfg.truncator.scan,

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from harness.provenance import REPO_ROOT
 
-RANK = {"nq": "none", "triviaqa": "none", "hotpotqa": "bm25"}  # as conf/train/compselect.yaml
+DATASETS = ("nq", "triviaqa", "hotpotqa")  # the training sets; only their questions are read
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -34,9 +34,9 @@ def main(argv: list[str] | None = None) -> dict:
     args = ap.parse_args(argv)
     rows = [json.loads(line) for line in Path(args.labels).read_text().splitlines() if line.strip()]
     questions = {}
-    for name, rank in RANK.items():
+    for name in DATASETS:
         path = Path(args.data) / name / "train.jsonl.gz"
-        questions.update({e.id: e.question for e in load_dataset(DatasetSpec(name, str(path), 5, rank, None))})
+        questions.update({e.id: e.question for e in load_dataset(DatasetSpec(name, str(path), 5, "none", None))})
     lm = LoraLM(args.lm, {"truncator": args.adapter})
     outs = lm.generate([truncator_messages(questions[r["id"]], r["ranked"]) for r in rows], "truncator", 128, 8)
     ks = [parse_truncation(o, r["ranked"], "text") for o, r in zip(outs, rows, strict=True)]
