@@ -9,7 +9,7 @@ less work, because the n+1 leave-one-out prompts of an example share long prefix
   position are what dominates the memory traffic of the batched scorer).
 
 Sequences run one at a time (no padding). Values agree with the batched scorer to about 1e-5. Used by CSM-st
-labelling (``train.py``); the oracle compressor scores through the generator's ``answer_nll`` itself.
+labelling (``train.py``) and by the oracle compressor (``prefix_cache: true``).
 """
 
 from __future__ import annotations
