@@ -155,3 +155,25 @@ def test_e2e_gate_is_exact_at_one_and_differentiable(generator, nq5):
     assert torch.isfinite(scores.grad).all() and scores.grad.abs().sum() > 0
     near_zero = torch.tensor([1.0, 1e-9, 1.0])  # unit 1 gated away: attend to units 0 and 2 only
     assert float(lm.sufficiency(e, near_zero)) != pytest.approx(ref, abs=1e-3)
+
+
+def test_eval_mode_reproduces_the_committed_heads_heldout_figures(tmp_path):
+    """``mode=eval`` labels (here: reads the committed label cache, no generator pass) the held-back questions
+    and scores an existing head on them: on its own training task it gives the manifest's figures."""
+    import json
+
+    from hydra import compose, initialize_config_dir
+
+    from harness.config import apply_profile_env
+    from methods.ci_value.train import run
+
+    conf = Path(__file__).resolve().parent.parent / "conf"
+    with initialize_config_dir(str(conf), version_base="1.3"):
+        cfg = compose("train/csm", overrides=["mode=eval", "progress=false", f"eval_out={tmp_path / 'e.json'}"])
+    apply_profile_env(cfg)
+    got = run(cfg)["heldout"]
+    want = json.loads((WEIGHTS / "manifest.json").read_text())["heldout"]
+    assert json.loads((tmp_path / "e.json").read_text())["heldout"] == got
+    assert got["questions"] == want["questions"] == 48 and got["units"] == want["units"]
+    for k in ("spearman_pooled", "spearman_per_question_mean", "sign_accuracy", "positive_share_predicted"):
+        assert got[k] == pytest.approx(want[k], abs=2e-3), k  # the head is stored in fp16

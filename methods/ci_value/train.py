@@ -6,6 +6,10 @@ the rest (``rebalance.py``), then re-weighted regression + contrastive training 
 pair features. CSM-e2e (``mode: e2e``, ``conf/train/csm_e2e.yaml``): the head trained through the frozen
 generator (``e2e.py``); no labels needed except for the held-back Spearman check. Both write
 ``head.safetensors``, ``config.json`` and ``manifest.json`` (data hash, seeds, figures) to ``out_dir``.
+
+Evaluation only (``mode: eval``, ``eval_head=<folder under artifacts/<profile>>``): labels the held-back
+share of ``dataset``'s first ``limit`` train questions (the training split rule) and writes the head's
+Spearman figures on them to ``eval_out`` (a head trained on one task checked on another; nothing is trained).
 """
 
 from __future__ import annotations
@@ -142,17 +146,19 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     rng = random.Random(int(cfg.seed))
     d = cfg.dataset
     examples = load_dataset(DatasetSpec(d.name, d.path, int(d.top_k), d.rank, int(cfg.limit)))
-    items = _units(cfg, examples)
+    split = len(examples) - round(float(cfg.holdout) * len(examples))
+    held_items = _units(cfg, examples[split:])
+    train_items = _units(cfg, examples[:split]) if cfg.mode != "eval" else []  # eval: nothing is trained
     scorer = LazyScorer(cfg.generator, bool(cfg.prefix_cache), int(cfg.threads) if cfg.threads else None)
     cache = LabelCache(cfg.label_cache)
-    n_hold = round(float(cfg.holdout) * len(items))
-    train_items, held_items = items[: len(items) - n_hold], items[len(items) - n_hold :]
     rb = cfg.rebalance
     held_rows = label(scorer, held_items, cache, cfg.max_answers, progress=cfg.progress) if (
-        cfg.mode == "st" or cfg.e2e.eval_labels) else []
+        cfg.mode in ("st", "eval") or cfg.e2e.eval_labels) else []
     held = [from_row(r, rb.label_temperature) for r in held_rows]
-    info: dict[str, Any] = {"train_questions": len(train_items), "held_questions": len(held_items)}
+    info: dict[str, Any] = {"train_questions": split, "held_questions": len(held_items)}
 
+    if cfg.mode == "eval":
+        return _evaluate_only(cfg, held, held_rows, t_start)
     if cfg.mode == "st":
         rows = label(scorer, train_items, cache, cfg.max_answers, progress=cfg.progress)
         samples = [from_row(r, rb.label_temperature) for r in rows]
@@ -235,10 +241,42 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     return manifest
 
 
+def _evaluate_only(cfg: DictConfig, held, held_rows, t_start: float) -> dict[str, Any]:
+    """``mode: eval``: the figures of an existing head on this dataset's held-back questions."""
+    from .model import load_head
+
+    if not cfg.get("head_dir"):
+        raise ValueError("mode=eval needs eval_head=<folder of a trained CSM head under artifacts/<profile>>")
+    head, hcfg = load_head(cfg.head_dir)
+    if hcfg.get("encoder") not in (None, cfg.encoder) or hcfg.get("granularity") not in (None, cfg.granularity):
+        raise ValueError(f"head {cfg.head_dir} was trained with encoder={hcfg.get('encoder')} "
+                         f"granularity={hcfg.get('granularity')}; this run has {cfg.encoder} / {cfg.granularity}")
+    feats, _ = _feature_fn(cfg.encoder, held)
+    head_manifest = Path(cfg.head_dir) / "manifest.json"
+    trained_on = json.loads(head_manifest.read_text()).get("dataset") if head_manifest.is_file() else None
+    out = {
+        "mode": "eval", "head_dir": os.path.relpath(cfg.head_dir, REPO_ROOT), "head_trained_on": trained_on,
+        "dataset": cfg.dataset.name, "split": cfg.dataset.split, "limit": cfg.limit, "holdout": cfg.holdout,
+        "label_cache": os.path.relpath(cfg.label_cache, REPO_ROOT),
+        "data_sha256": hashlib.sha256("\n".join(sorted(r["key"] for r in held_rows)).encode()).hexdigest(),
+        "heldout": _evaluate(head, held, feats) if held else {},
+        "wall_seconds": time.perf_counter() - t_start,
+        "command": "python -m methods.ci_value.train " + " ".join(sys.argv[1:]),
+    }
+    path = Path(cfg.eval_out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(out, indent=1) + "\n")
+    log.info("held-out figures of %s on %s: %s", cfg.head_dir, cfg.dataset.name, out["heldout"])
+    return out
+
+
 @hydra.main(version_base="1.3", config_path=str(REPO_ROOT / "conf"), config_name="train/csm")
 def main(cfg: DictConfig) -> None:
     apply_profile_env(cfg)
     m = run(cfg)
+    if cfg.mode == "eval":
+        print(json.dumps({"out": cfg.eval_out, "heldout": m["heldout"]}, indent=1))
+        return
     print(json.dumps({"out": cfg.out_dir, "data": m["data"], "heldout": m["heldout"]}, indent=1))
 
 
