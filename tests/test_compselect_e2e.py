@@ -51,6 +51,22 @@ def test_compresses_two_real_examples(compselect, nq5):
     assert all(a["sha256"] for a in info["adapters"].values()) and info["reranker"]["trained"]["lora"]
 
 
+def test_empty_truncation_runs_closed_book_through_the_runner(compselect, env, generator, nq5):
+    """The committed truncator keeps no clue on this question (SmolLM2's labels are mostly empty: see
+    methods/compselect/README.md); the runner then prompts the generator exactly as Naive does."""
+    from harness.runner import process
+    from methods.vanilla import Naive
+
+    ex = nq5[1]
+    (row,), _ = process([ex], compselect, generator)
+    assert row["meta"]["k"] == 0 and row["units"] == [] and row["meta"]["n_clues"] > 0
+    naive = Naive()
+    naive.bind(env)
+    (closed,), _ = process([ex], naive, generator)
+    assert row["prompt_tokens"] == closed["prompt_tokens"] and row["prediction"] == closed["prediction"]
+    assert row["compressed_tokens"] == 0
+
+
 def test_extractor_cache_replays_output_and_its_measured_time(env, generator, nq5, tmp_path, monkeypatch):
     """The ablations share the extractor through its cache: a second run of the same prompt gives the same
     clues without generating, and the run still pays the seconds the extraction was measured at."""

@@ -217,3 +217,39 @@ def test_paper_profile_path_on_tiny_random_models(tmp_path, generator):
     save_reranker(st, tmp_path / "full", base, lora=False)
     scores = ClueReranker(base, str(tmp_path / "full")).score("q one", ["a positive", "b negative"])
     assert len(scores) == 2 and report["steps"] == 1
+
+
+def test_extractor_targets_combine_answer_sentences_knn_and_question_order(nq5):
+    """``train.extractor_targets`` on real examples with the real MiniLM: at epsilon 0 the target is exactly the
+    shown answer-containing sentences ordered by similarity to the question; a larger epsilon adds exactly the
+    shown sentences within that cosine distance of one of them."""
+    from omegaconf import OmegaConf
+
+    from harness import resources
+    from methods.compselect.labels import answer_sentences
+    from methods.compselect.lora_lm import LoraLM
+    from methods.compselect.method import extractor_input
+    from methods.compselect.train import extractor_targets
+
+    lm = LoraLM(LM)
+    enc = resources.sentence_encoder(ENCODER)
+    cfg = lambda eps: OmegaConf.create({"extractor": {"epsilon": eps, "match": "raw", "max_input_tokens": 1024}})  # noqa: E731
+    exact, wide = extractor_targets(cfg(0.0), lm, enc, nq5), extractor_targets(cfg(0.6), lm, enc, nq5)
+    with_answer = added = 0
+    for ex, a, b in zip(nq5, exact, wide, strict=True):
+        x = extractor_input(lm, ex, 1024)
+        shown = x.sentences[: x.shown]
+        seeds = answer_sentences(shown, ex.answers, "raw")
+        assert sorted(a["target"]) == sorted(seeds) == sorted(b["answer_sentences"])
+        if not seeds:
+            assert a["target"] == b["target"] == []
+            continue
+        with_answer += 1
+        emb = enc.encode([ex.question, *shown], normalize_embeddings=True, convert_to_numpy=True)
+        sim_q = emb[1:] @ emb[0]
+        assert [sim_q[i] for i in a["target"]] == sorted((sim_q[i] for i in seeds), reverse=True)
+        near = {i for i in range(len(shown)) if min(1 - float(emb[1 + i] @ emb[1 + s]) for s in seeds) <= 0.6}
+        assert set(b["target"]) == near and set(seeds) <= near
+        added += len(near) - len(seeds)
+        assert a["texts"] == [shown[i] for i in a["target"]]
+    assert with_answer >= 2 and added > 0  # the slice exercises the rule and the expansion

@@ -156,6 +156,13 @@ def test_cascade_flags():
     passages = ["The tower opened in 1889 in Paris."]
     c = cascade(passages, ["Opened in 1889.", "Other."], ["Other.", "Opened in 1889."], ["Other."], ["1889"])
     assert c == {"eligible": True, "recall1": 1.0, "hit2_at1": 0.0, "recall3": 0.0}
+    # the reranker puts the gold clue first and the truncator keeps it: every stage holds the answer
+    c = cascade(passages, ["Other.", "Opened in 1889."], ["Opened in 1889.", "Other."], ["Opened in 1889."],
+                ["1889"])
+    assert c == {"eligible": True, "recall1": 1.0, "hit2_at1": 1.0, "recall3": 1.0}
+    # the extractor loses the answer: nothing later can recover it (SQuAD-normalised matching)
+    c = cascade(passages, ["Other."], ["Other."], ["Other."], ["the 1889"])
+    assert c == {"eligible": True, "recall1": 0.0, "hit2_at1": 0.0, "recall3": 0.0}
     c = cascade(passages, [], [], [], ["1890"])
     assert c["eligible"] is False and c["recall1"] is None
 

@@ -10,7 +10,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from test_leaderboard import grid
+from test_leaderboard import grid, write_run
 
 from leaderboard.publish import publish
 
@@ -32,6 +32,8 @@ def page_file(tmp_path_factory):
     root = tmp_path_factory.mktemp("lb")
     grid(root / "res", n=20, generator="gen-a", datasets=("nq", "triviaqa"))
     grid(root / "res", n=20, generator="gen-b", datasets=("nq",))
+    # one run of another profile, at SubEM 5.00: "5.00" sorts after "10.00" as text, so only a numeric sort passes
+    write_run(root / "res", "full", "nq", [("Paris", ["Paris"])] + [("London", ["Paris"])] * 19, profile="paper")
     publish(root / "res", root / "out", resamples=200)
     return root / "out" / "index.html"
 
@@ -75,15 +77,16 @@ def test_page_renders_offline_sorts_filters_and_links_provenance(browser, page_f
     assert not errors
     assert all(u.startswith(("file:", "data:")) for u in requests), requests  # nothing from the network
 
-    # renders: 3 (gen-a nq) + ... = 4 methods x (2 + 1) dataset/generator pairs, every plot decoded
-    assert page.locator("#runs tbody tr").count() == 12 and page.inner_text("#shown") == "12"
+    # renders: 4 methods x (2 + 1) dataset/generator pairs + the paper-profile run; two plots (SubEM-CR,
+    # latency) per profile/generator pair, every one decoded
+    assert page.locator("#runs tbody tr").count() == 13 and page.inner_text("#shown") == "13"
     widths = page.eval_on_selector_all("figure img", "imgs => imgs.map(i => i.naturalWidth)")
-    assert len(widths) == 4 and all(w > 300 for w in widths)
+    assert len(widths) == 6 and all(w > 300 for w in widths)
 
     # sorts numerically, descending on the second click
     page.click("#runs th:text-is('SubEM')")
     asc = [float(x) for x in _column(page, "SubEM")]
-    assert asc == sorted(asc) and asc[0] == 10.0
+    assert asc == sorted(asc) and asc[:2] == [5.0, 10.0]
     page.click("#runs th:text-is('SubEM')")
     desc = [float(x) for x in _column(page, "SubEM")]
     assert desc == sorted(desc, reverse=True) and desc[0] == 90.0
@@ -99,6 +102,12 @@ def test_page_renders_offline_sorts_filters_and_links_provenance(browser, page_f
     page.select_option("#f-profile", "embedded")
     assert page.inner_text("#shown") == "4"
     page.screenshot(path=str(tmp_path / "filtered.png"), full_page=False)
+    page.select_option("#f-dataset", "")
+    page.select_option("#f-profile", "paper")
+    assert page.inner_text("#shown") == "1" and _column(page, "SubEM") == ["5.00"]
+    assert page.locator("figure:visible").count() == 2
+    page.select_option("#f-profile", "embedded")
+    assert page.inner_text("#shown") == "12"
 
     # every row links to its provenance block, which names the run folder and the model ids
     page.select_option("#f-dataset", "")

@@ -114,3 +114,10 @@ def test_real_small_grid_update_then_rerun_passes_and_a_better_baseline_fails(tm
         r["id"] for r in current["nq__bm25"] if r["prediction"] != r["answers"][0]
     ]
     assert next(t for t in bm25.tests if t.metric == "em").delta < 0 and rep.failed
+    # and the command itself exits 1 with a readable FAIL report against that baseline
+    for name, rows in better.items():
+        (tmp_path / "base" / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    capsys.readouterr()
+    assert regress.main([*args, "--out", str(tmp_path / "run4")]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL" in out and "nq__bm25" in out
