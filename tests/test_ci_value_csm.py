@@ -124,14 +124,26 @@ def test_a_few_st_training_steps_lower_the_loss(pairs, nq5):
 )
 def test_committed_csm_keeps_exactly_the_positive_predictions(env, nq5):
     from methods.ci_value import CSMSelect
+    from methods.ci_value.model import load_head
 
     m = CSMSelect(str(WEIGHTS), encoder=ENCODER, dedup_encoder=ENCODER)
     m.bind(env)
     comps = m.compress_batch(nq5)
-    for ex, c in zip(nq5, comps, strict=True):
+    head, _ = load_head(WEIGHTS)
+    enc = PairEncoder(ENCODER)
+    kept = dropped = 0
+    for ex, c, ul in zip(nq5, comps, m.units(nq5), strict=True):
+        # the scores are the committed head's, recomputed here one list at a time (no padding)
+        act = ul.active()
+        feats = enc.encode([ex.question] * len(act), [ul.texts[i] for i in act])
+        with torch.inference_mode():
+            scores, _ = head(feats.unsqueeze(0), None)
+        assert [c.meta["scores"][i] for i in act] == pytest.approx(scores[0].tolist(), abs=1e-4)
         want = [i for i, s in enumerate(c.meta["scores"]) if s > 0]
         assert c.units == [Unit(i) for i in want]
         assert c.documents == [ex.passages[i].render() for i in want]
+        kept, dropped = kept + len(want), dropped + len(ex.passages) - len(want)
+    assert kept > 0 and dropped > 0
     assert m.describe()["head"]["encoder"] == ENCODER
 
 
