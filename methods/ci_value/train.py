@@ -141,6 +141,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         weights_from_rarity,
     )
 
+    if cfg.mode not in ("st", "e2e", "eval"):
+        raise ValueError(f"mode={cfg.mode!r}; valid: st, e2e, eval")
     t_start = time.perf_counter()
     torch.set_num_threads(int(cfg.threads) if cfg.threads else (os.cpu_count() or 1))
     rng = random.Random(int(cfg.seed))
