@@ -130,6 +130,7 @@ def summarize(predictions: Sequence[dict[str, Any]], latency: Sequence[dict[str,
         "generate_s": _mean([r["generate_s"] for r in predictions]),
     }
     out["batched"] = batched
+    out["timed_at"] = timing_conditions(predictions)
     source = latency if latency else predictions
     out["latency_protocol"] = "batch1" if latency else "batched"
     out["latency_n"] = len(source)
@@ -140,6 +141,18 @@ def summarize(predictions: Sequence[dict[str, Any]], latency: Sequence[dict[str,
         None if out["compress_s"] is None else out["compress_s"] + out["generate_s"]
     )
     out["diagnostics"] = aggregate_diagnostics(predictions)
+    return out
+
+
+def timing_conditions(predictions: Sequence[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """How many records were timed at each batch size and thread count (``unknown`` for records made before
+    these were kept). A run resumed under other settings mixes them, and its mean latency with them."""
+    out: dict[str, dict[str, int]] = {"batch": {}, "threads": {}}
+    for r in predictions:
+        for k in out:
+            v = r.get(k)
+            key = "unknown" if v is None else str(v)
+            out[k][key] = out[k].get(key, 0) + 1
     return out
 
 

@@ -50,7 +50,18 @@ def _units(units: list[Unit] | None) -> list[list[int | None]] | None:
     return None if units is None else [[u.passage, u.sentence] for u in units]
 
 
-def _record(ex: Example, comp: Compressed, gen, original: int, compressed: int, cs: float, gs: float) -> dict:
+def _threads() -> int | None:
+    """The torch intra-op thread count the timings were taken at (None without torch)."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch.get_num_threads()
+
+
+def _record(
+    ex: Example, comp: Compressed, gen, original: int, compressed: int, cs: float, gs: float, batch: int
+) -> dict:
     context = render_documents(comp.documents)
     return {
         "id": ex.id,
@@ -67,6 +78,8 @@ def _record(ex: Example, comp: Compressed, gen, original: int, compressed: int, 
         "compress_s": cs,
         "generate_s": gs,
         "stages": comp.timings,
+        "batch": batch,
+        "threads": _threads(),
         "meta": comp.meta,
         **metrics.score(gen.answer, ex.answers),
     }
@@ -87,7 +100,9 @@ def process(
     for ex, comp, gen in zip(examples, comps, gens, strict=True):
         original = generator.count_tokens(render_documents([p.render() for p in ex.passages]))
         compressed = generator.count_tokens(render_documents(comp.documents))
-        rows.append(_record(ex, comp, gen, original, compressed, (t1 - t0) / n + comp.replayed_s, (t2 - t1) / n))
+        rows.append(
+            _record(ex, comp, gen, original, compressed, (t1 - t0) / n + comp.replayed_s, (t2 - t1) / n, n)
+        )
     return rows, t2 - t0
 
 

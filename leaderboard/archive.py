@@ -34,6 +34,8 @@ KEEP = (
     "completion_tokens",
     "compress_s",
     "generate_s",
+    "batch",
+    "threads",
 )
 
 

@@ -55,6 +55,19 @@ def override_dirname(folder: Path) -> str:
     return ",".join(o for o in str(value).split(",") if o and o.lstrip("+~").split("=")[0] not in EXECUTION_ONLY)
 
 
+def timed_at(summary: dict[str, Any]) -> str | None:
+    """The batch sizes and thread counts a run's timings were taken at, with their record counts (``b8x50
+    b1x150 / t1x200``); ``?`` counts records made before these were kept. None for a summary without them."""
+    t = summary.get("timed_at")
+    if not t:
+        return None
+
+    def part(prefix: str, counts: dict[str, int]) -> str:
+        return " ".join(f"{prefix}{'?' if k == 'unknown' else k}x{v}" for k, v in counts.items())
+
+    return f"{part('b', t.get('batch') or {})} / {part('t', t.get('threads') or {})}"
+
+
 def model_ids(info: Any) -> list[str]:
     """Every model named in a ``describe()`` dict: ``{"ref": ..., "sha256"|"revision": ...}`` entries and
     string values of keys that name a model or checkpoint."""
@@ -98,6 +111,7 @@ def _row(folder: Path, root: Path) -> dict[str, Any] | None:
         "split": s.get("split"),
         **{k: s.get(k) for k in NUMERIC},
         "latency_protocol": s.get("latency_protocol"),
+        "timed_at": timed_at(s),
         "oracle": bool(minfo.get("oracle", False)),
         "commit": git.get("commit"),
         "dirty": git.get("dirty"),

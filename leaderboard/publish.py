@@ -91,6 +91,7 @@ def _latency_md(lat: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
         "Method",
         "Dataset",
         "protocol (n)",
+        "timed at",
         "compression s",
         "online s",
         "total s",
@@ -104,6 +105,7 @@ def _latency_md(lat: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
             r.variant,
             label(r.dataset),
             f"{r.protocol} ({fmt(r.latency_n, '{:.0f}')})",
+            r.timed_at if isinstance(r.timed_at, str) else "-",
             fmt(r.compress_s, "{:.4f}"),
             fmt(r.online_s, "{:.3f}"),
             fmt(r.total_s, "{:.3f}"),
@@ -132,7 +134,7 @@ def publish(
     runs = tables.ordered(stats.add_uncertainty(runs, baseline, resamples, seed))
     lat = tables.latency(runs, baseline)
     full = runs.merge(
-        lat.drop(columns=["protocol", "latency_n", "compress_s"]),
+        lat.drop(columns=["protocol", "latency_n", "timed_at", "compress_s"]),
         on=["profile", "generator", "dataset", "variant"],
     )
     ref = reference.load_reference()
@@ -173,7 +175,9 @@ def publish(
         lh, lr = _latency_md(lat[(lat.profile == profile) & (lat.generator == gen)])
         md.append(
             "### Latency and break-even\n\nSeconds per example; break-even = compression time / "
-            f"generation time saved against `{baseline}` (below 1 the compression pays for itself).\n\n"
+            f"generation time saved against `{baseline}` (below 1 the compression pays for itself). "
+            "*timed at*: how many records were timed at each batch size (b) and thread count (t); `?` = "
+            "records made before these were kept. Compare latencies only between rows timed alike.\n\n"
             f"{tables.markdown(lh, lr)}\n"
         )
         cmp = reference.comparison(full, ref, profile, gen)

@@ -209,6 +209,7 @@ def latency(df: pd.DataFrame, baseline: str = "full") -> pd.DataFrame:
                 "variant": r.variant,
                 "protocol": r.latency_protocol,
                 "latency_n": r.latency_n,
+                "timed_at": getattr(r, "timed_at", None),
                 "compress_s": c,
                 "online_s": gen,
                 "total_s": tot,

@@ -17,7 +17,7 @@ from harness.metrics import score
 from harness.records import summarize
 from leaderboard import reference, stats, tables
 from leaderboard.archive import archive
-from leaderboard.collect import collect, model_ids, read_predictions
+from leaderboard.collect import collect, model_ids, read_predictions, timed_at
 from leaderboard.publish import publish
 
 # The papers' transcription lives beside the repository (../shared/reference); RAG_HARNESS_REFERENCE points at
@@ -328,6 +328,15 @@ def test_latency_break_even_against_full(tmp_path):
     assert lat.loc["bm25", "generation_saved_s"] == pytest.approx(0.3)
     assert lat.loc["bm25", "break_even"] == pytest.approx(0.05 / 0.3)
     assert lat.loc["bm25", "pays_off"] and pd.isna(lat.loc["full", "break_even"])
+
+
+def test_latency_table_says_how_each_row_was_timed(tmp_path):
+    grid(tmp_path, n=10, datasets=("nq",))
+    lat = tables.latency(collect(tmp_path)).set_index("variant")
+    assert lat.loc["bm25", "timed_at"] == "b?x10 / t?x10"  # records made before batch and threads were kept
+    rec = {"original_tokens": 10, "compressed_tokens": 5, "compress_s": 0.1, "generate_s": 0.2, **score("x", ["x"])}
+    mixed = [{**rec, "batch": 8, "threads": 1}] * 2 + [{**rec, "batch": 1, "threads": 2}]
+    assert timed_at(summarize(mixed)) == "b8x2 b1x1 / t1x2 t2x1"
 
 
 def test_comparison_puts_the_papers_rows_beside_ours_with_the_difference(tmp_path):

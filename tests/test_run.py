@@ -88,6 +88,9 @@ def test_run_writes_records_and_summary_that_recompute(tmp_path, generator):
     assert all(r["compressed_tokens"] < r["original_tokens"] for r in preds)
     assert summary["cr"] > 2
     assert on_disk["generator_info"]["model"]["sha256"]  # the GGUF file hash is recorded
+    # each record says the batch and thread count its times were taken at; the summary counts them
+    assert [r["batch"] for r in preds] == [3, 3, 3, 1]
+    assert on_disk["timed_at"] == {"batch": {"3": 3, "1": 1}, "threads": {str(preds[0]["threads"]): 4}}
 
 
 def test_resume_after_torn_write_gives_same_summary(tmp_path, generator):
