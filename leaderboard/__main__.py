@@ -17,6 +17,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples (default 1000)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
     p.add_argument("--baseline", default="full", help="variant the paired tests compare with (default full)")
+    p.add_argument(
+        "--min-n", type=int, default=50, help="rows with fewer records stay out of the shared-questions table (50)"
+    )
     r = sub.add_parser("archive", help="copy the newest run of each key, slimmed, into a folder kept in git")
     r.add_argument("results", nargs="+", help="results roots")
     r.add_argument("dest", help="archive folder (leaderboard/runs)")
@@ -26,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.cmd == "publish":
         from leaderboard.publish import publish
 
-        for path in publish(a.results, a.out, a.resamples, a.seed, a.baseline):
+        for path in publish(a.results, a.out, a.resamples, a.seed, a.baseline, a.min_n):
             print(path)
         return 0
     if a.cmd == "archive":

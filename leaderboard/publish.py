@@ -4,7 +4,10 @@ Files written under ``out``:
 - ``leaderboard.md``: per (profile, generator): CompSelect's Table 2 layout, the 95% intervals and paired
   tests against ``full``, latency and break-even, our rows beside the paper's (difference, setting-tagged);
   then the papers' numbers of every other setting, each in its own table.
-- ``runs.csv`` (every collected column), ``table2_<profile>_<generator>.csv`` / ``.tex``, ``latency.csv``,
+  Table 2 appears twice: with every row at its own n, and re-scored on the questions its rows share
+  (``leaderboard.matched``; rows under ``min_n`` records are left out and named).
+- ``runs.csv`` (every collected column), ``table2_<profile>_<generator>.csv`` / ``.tex``,
+  ``table2_shared_<profile>_<generator>.csv``, ``latency.csv``,
   ``comparison_<profile>_<generator>.csv``, ``reference.csv`` (a copy of the papers' numbers).
 - ``subem_vs_cr_<profile>_<generator>.png``, ``latency_<profile>_<generator>.png``.
 - ``index.html``: one self-contained page.
@@ -20,6 +23,7 @@ import pandas as pd
 
 from leaderboard import html, plots, reference, stats, tables
 from leaderboard.collect import collect
+from leaderboard.matched import MIN_N, matched
 from leaderboard.tables import fmt, label
 
 NOTES = "NOTES.md"  # beside the runs (leaderboard/runs/NOTES.md): appended to leaderboard.md
@@ -86,6 +90,32 @@ def _uncertainty_md(u: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     return head, rows
 
 
+def _shared_md(
+    shared: pd.DataFrame, short: pd.DataFrame, profile: str, gen: str, min_n: int, csv: Path, written: list[Path]
+) -> tuple[str, pd.DataFrame | None]:
+    """Table 2 re-scored on the questions the rows of each dataset share (``leaderboard.matched``): its
+    Markdown section and the table for the HTML page."""
+    pick = lambda df: df[(df.profile == profile) & (df.generator == gen)]  # noqa: E731
+    s, left = pick(shared), pick(short)
+    if s.empty:
+        return "", None
+    t = tables.table2(s, profile, gen)
+    tables.table2_csv(t).to_csv(csv, index=False)
+    written.append(csv)
+    head, rows = tables.table2_rows(t)
+    ns = ", ".join(f"{label(d)} {int(s[s.dataset == d].n.iloc[0])}" for d in tables.datasets(s))
+    out = (
+        f"### Table 2 on shared questions ({ns})\n\nEvery row re-scored on the questions that all rows of its "
+        f"dataset with at least {min_n} records share (runs take the first n questions of a split, so rows of "
+        "different n above differ by their questions too). Marks as above, the paired tests redone on these "
+        "questions.\n\n" + tables.markdown(head, rows) + "\n"
+    )
+    if not left.empty:
+        names = ", ".join(f"{r.variant} ({label(r.dataset)}, n={int(r.n)})" for r in left.itertuples())
+        out += f"\nLeft out (fewer than {min_n} records): {names}.\n"
+    return out, pd.DataFrame(rows, columns=head)
+
+
 def _latency_md(lat: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     head = [
         "Method",
@@ -125,6 +155,7 @@ def publish(
     resamples: int = stats.RESAMPLES,
     seed: int = stats.SEED,
     baseline: str = "full",
+    min_n: int = MIN_N,
 ) -> list[Path]:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -132,6 +163,8 @@ def publish(
     if runs.empty:
         raise SystemExit(f"no run folders (summary.json) under {results}")
     runs = tables.ordered(stats.add_uncertainty(runs, baseline, resamples, seed))
+    shared, short = matched(runs, min_n)
+    shared = stats.add_uncertainty(shared, baseline, resamples, seed) if not shared.empty else shared
     lat = tables.latency(runs, baseline)
     full = runs.merge(
         lat.drop(columns=["protocol", "latency_n", "timed_at", "compress_s"]),
@@ -164,6 +197,10 @@ def publish(
             f" per dataset)\n\n{tables.markdown(head, rows)}\n"
         )
         tables.table2_csv(t2).to_csv(out / f"table2_{slug}.csv", index=False)
+        text, frame = _shared_md(shared, short, profile, gen, min_n, out / f"table2_shared_{slug}.csv", written)
+        md.append(text)
+        if frame is not None:
+            sections.append((f"Table 2 on shared questions — {profile} / {gen}", html.frame_html(frame)))
         caption = (
             f"SubEM / F1 / CR, profile {profile}, generator {gen}; best in bold (oracles excluded); "
             f"† not significantly different from {baseline} (paired bootstrap, 95%)."

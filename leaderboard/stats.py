@@ -67,15 +67,24 @@ def paired_bootstrap(a, b, resamples: int = RESAMPLES, seed: int = SEED, level: 
     return Paired(100 * d.mean(), 100 * float(lo), 100 * float(hi), p, int(d.size))
 
 
+def _records(r: pd.Series) -> pd.DataFrame:
+    ids = r.get("ids")
+    if isinstance(ids, frozenset):
+        p = read_predictions(r.folder, None if pd.isna(r.n_run) else int(r.n_run))
+        return p[p.id.isin(ids)] if "id" in p else p
+    return read_predictions(r.folder, None if pd.isna(r.n) else int(r.n))
+
+
 def add_uncertainty(
     table: pd.DataFrame, baseline: str = "full", resamples: int = RESAMPLES, seed: int = SEED
 ) -> pd.DataFrame:
     """Add ``<m>_lo``/``<m>_hi`` (95% interval) and, against the ``baseline`` variant of the same profile,
     generator and dataset, ``d_<m>``, ``d_<m>_lo``, ``d_<m>_hi``, ``p_<m>``, ``sig_<m>`` for SubEM, EM and F1;
     ``n_paired`` is the number of shared example ids. ``recomputed`` says whether the summary's SubEM/EM/F1
-    equal the means of the records they were computed from."""
+    equal the means of the records they were computed from. A row with ``ids`` (``leaderboard.matched``) is
+    read up to its ``n_run`` records and cut to those ids."""
     out = table.copy()
-    preds = {i: read_predictions(r.folder, None if pd.isna(r.n) else int(r.n)) for i, r in out.iterrows()}
+    preds = {i: _records(r) for i, r in out.iterrows()}
     cols: dict[str, list] = {}
 
     def put(name: str, value) -> None:

@@ -18,6 +18,7 @@ from harness.records import summarize
 from leaderboard import reference, stats, tables
 from leaderboard.archive import archive
 from leaderboard.collect import collect, model_ids, read_predictions, timed_at
+from leaderboard.matched import matched
 from leaderboard.publish import publish
 
 # The papers' transcription lives beside the repository (../shared/reference); RAG_HARNESS_REFERENCE points at
@@ -330,6 +331,27 @@ def test_latency_break_even_against_full(tmp_path):
     assert lat.loc["bm25", "pays_off"] and pd.isna(lat.loc["full", "break_even"])
 
 
+def test_shared_questions_table_rescores_every_row_on_the_ids_they_share(tmp_path):
+    """full at n=40 is right on its first 24; bm25 at n=20 on its first 12 (CR 4 on the first 10, 2 after);
+    naive at n=5 is too short: on the shared 20 questions full is 100%, bm25 60%, and naive is left out."""
+    right = lambda n, k: [("Paris" if i < k else "London", ["Paris"]) for i in range(n)]  # noqa: E731
+    write_run(tmp_path, "full", "nq", right(40, 24), tokens=(100, 100))
+    bm25 = write_run(tmp_path, "bm25", "nq", right(20, 12), tokens=(100, 25))
+    recs = [json.loads(x) for x in (bm25 / "predictions.jsonl").read_text().splitlines()]
+    for r in recs[10:]:
+        r["compressed_tokens"] = 50
+    (bm25 / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    write_run(tmp_path, "naive", "nq", right(5, 1), tokens=(100, 0))
+    shared, short = matched(collect(tmp_path), min_n=10)
+    shared = stats.add_uncertainty(shared, "full", 200, 0).set_index("variant")
+    assert list(short.variant) == ["naive"]
+    assert shared.loc["full", "n"] == shared.loc["bm25", "n"] == 20 and shared.loc["full", "n_run"] == 40
+    assert shared.loc["full", "subem"] == 100.0 and shared.loc["bm25", "subem"] == 60.0
+    assert shared.loc["bm25", "cr"] == pytest.approx(2000 / 750)  # ratio of sums over the 20 shared records
+    assert shared.loc["bm25", "n_paired"] == 20 and shared.loc["bm25", "d_subem"] == pytest.approx(-40.0)
+    assert shared.recomputed.all()
+
+
 def test_latency_table_says_how_each_row_was_timed(tmp_path):
     grid(tmp_path, n=10, datasets=("nq",))
     lat = tables.latency(collect(tmp_path)).set_index("variant")
@@ -355,7 +377,7 @@ def test_comparison_puts_the_papers_rows_beside_ours_with_the_difference(tmp_pat
 
 def test_publish_writes_every_output_from_hand_made_runs(tmp_path):
     grid(tmp_path / "res", n=20)
-    files = publish(tmp_path / "res", tmp_path / "out", resamples=200)
+    files = publish(tmp_path / "res", tmp_path / "out", resamples=200, min_n=10)
     names = {f.name for f in files}
     assert {
         "leaderboard.md",
@@ -364,11 +386,13 @@ def test_publish_writes_every_output_from_hand_made_runs(tmp_path):
         "latency.csv",
         "table2_embedded_gen-a.csv",
         "table2_embedded_gen-a.tex",
+        "table2_shared_embedded_gen-a.csv",
         "subem_vs_cr_embedded_gen-a.png",
         "latency_embedded_gen-a.png",
     } <= names
     md = (tmp_path / "out" / "leaderboard.md").read_text()
     assert "| full | **60.00** |" in md  # best non-oracle SubEM on NQ in bold
+    assert "### Table 2 on shared questions (NQ 20, TQA 20)" in md
     assert "oracle_sentences (oracle) | 90.00 |" in md
     assert "DIFFERENT generator" in md and "BottleNeck" in md and "setting `finefilter`" in md
     tex = (tmp_path / "out" / "table2_embedded_gen-a.tex").read_text()
