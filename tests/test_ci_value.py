@@ -111,6 +111,32 @@ def test_nothing_positive_means_closed_book(oracle, generator, env, nq5):
     assert a.text == b.text
 
 
+class MoreDocsCostMore:
+    """A scorer whose answer loss is the number of documents in the prompt: removing any passage lowers the
+    loss, so every CI value is negative."""
+
+    def answer_nll(self, prompts, answers):
+        return [float(sum(m["content"].count("\nDoc") for m in p)) for p in prompts]
+
+
+def test_all_negative_values_keep_nothing_and_the_runner_answers_as_naive(oracle, generator, env, nq5, monkeypatch):
+    """Real passages that the scorer says all hurt: nothing is kept (no fallback to the passages) and the run
+    loop prompts and answers exactly as Naive does."""
+    from harness.runner import process
+
+    ex = small(nq5[2], 2)
+    monkeypatch.setattr(oracle, "scorer", MoreDocsCostMore())
+    [comp] = oracle.compress_batch([ex])
+    assert comp.documents == [] and comp.units == []
+    assert all(v < 0 for v in comp.meta["ci"])
+    (row,), _ = process([ex], oracle, generator)
+    naive = Naive()
+    naive.bind(env)
+    (closed,), _ = process([ex], naive, generator)
+    assert row["compressed_tokens"] == 0 and row["original_tokens"] > 0
+    assert row["prompt_tokens"] == closed["prompt_tokens"] and row["prediction"] == closed["prediction"]
+
+
 def test_sentence_granularity_keeps_positive_sentences(env, nq5):
     ex = small(nq5[3], 2, words=60)
     o = CIOracle(granularity="sentence", dedup_encoder=None, max_answers=1, min_words=5)
