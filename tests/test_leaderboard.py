@@ -131,6 +131,23 @@ def _papers_row(heading: str, first_cell: str, text: str, occurrence: int = 0) -
 
 
 @pytest.mark.skipif(not PAPERS.is_file(), reason=f"papers.md not found at {PAPERS}")
+def test_committed_reference_csv_is_what_transcribe_reads_from_papers_md():
+    """Every number of reference.csv, with its source table, setting and condition, is re-read from the
+    tables of papers.md: a hand edit of the CSV or a changed papers.md shows up here."""
+    import csv
+
+    from leaderboard.transcribe import transcribe
+
+    fresh = transcribe(PAPERS.read_text(encoding="utf-8"))
+    with (Path(reference.__file__).parent / "data" / "reference.csv").open(encoding="utf-8") as f:
+        committed = list(csv.DictReader(f))
+    key = lambda r: tuple(str(r[c]) for c in committed[0])  # noqa: E731
+    assert len(fresh) == len(committed) > 900
+    assert sorted(map(key, fresh)) == sorted(map(key, committed))
+    assert {r["table"] for r in committed} >= {"Table 1", "Table 2", "Table 3", "Table 5", "Table 12"}
+
+
+@pytest.mark.skipif(not PAPERS.is_file(), reason=f"papers.md not found at {PAPERS}")
 def test_reference_numbers_match_the_text_of_papers_md():
     text = PAPERS.read_text(encoding="utf-8")
     ref = reference.load_reference()
