@@ -112,6 +112,7 @@ def _row(folder: Path, root: Path) -> dict[str, Any] | None:
         **{k: s.get(k) for k in NUMERIC},
         "latency_protocol": s.get("latency_protocol"),
         "timed_at": timed_at(s),
+        "diagnostics": json.dumps(s.get("diagnostics") or {}, sort_keys=True),
         "oracle": bool(minfo.get("oracle", False)),
         "commit": git.get("commit"),
         "dirty": git.get("dirty"),

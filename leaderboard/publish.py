@@ -209,6 +209,17 @@ def publish(
         written += [out / f"table2_{slug}.csv", out / f"table2_{slug}.tex"]
         uh, ur = _uncertainty_md(tables.uncertainty(g))
         md.append(f"### Uncertainty\n\n{tables.markdown(uh, ur)}\n")
+        diag = tables.diagnostics(g)
+        if diag:
+            md.append(
+                "### Method diagnostics\n\nWhat a method reports per example, averaged over the examples that "
+                "report it (CompSelect: the cascading errors of its Table 6 on the examples whose passages hold "
+                "a gold answer; EDC2: LLM calls and fallbacks per question).\n\n"
+                + "\n".join(tables.markdown(h, r) for h, r in diag)
+                + "\n"
+            )
+            for h, r in diag:
+                sections.append((f"Method diagnostics — {profile} / {gen}", html.frame_html(pd.DataFrame(r, columns=h))))
         lh, lr = _latency_md(lat[(lat.profile == profile) & (lat.generator == gen)])
         md.append(
             "### Latency and break-even\n\nSeconds per example; break-even = compression time / "

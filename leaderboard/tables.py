@@ -236,3 +236,38 @@ def ordered(df: pd.DataFrame) -> pd.DataFrame:
 def fmt(x, spec: str = "{:.2f}") -> str:
     v = _num(x)
     return "-" if v is None else spec.format(v)
+
+
+# A method's per-example diagnostics (``meta["diagnostics"]``, averaged in its summary): label and scale.
+DIAGNOSTICS = {
+    "eligible": ("answer in passages %", 100),
+    "recall1": ("Recall-1 %", 100),
+    "hit2_at1": ("Hit-2@1 %", 100),
+    "recall3": ("Recall-3 %", 100),
+    "llm_calls": ("LLM calls", 1),
+    "summaries_kept": ("summaries kept", 1),
+    "fallback": ("raw-passage fallback %", 100),
+}
+
+
+def diagnostics(df: pd.DataFrame) -> list[tuple[list[str], list[list[str]]]]:
+    """One (head, rows) table per set of diagnostic keys (e.g. CompSelect's cascade of Table 6, EDC2's LLM
+    calls): the mean over the examples that report each key, and that count."""
+    import json
+
+    groups: dict[tuple[str, ...], list[tuple[str, str, dict]]] = {}
+    for r in df.itertuples():
+        d = json.loads(r.diagnostics) if isinstance(getattr(r, "diagnostics", None), str) else {}
+        if d:
+            known = [k for k in DIAGNOSTICS if k in d]
+            groups.setdefault(tuple(known + sorted(set(d) - set(known))), []).append((r.variant, r.dataset, d))
+    out = []
+    for keys, items in groups.items():
+        head = ["Method", "Dataset"] + [f"{DIAGNOSTICS.get(k, (k, 1))[0]} (n)" for k in keys]
+        rows = [
+            [v, label(ds)]
+            + [f"{d[k]['mean'] * DIAGNOSTICS.get(k, (k, 1))[1]:.2f} ({d[k]['n']})" for k in keys]
+            for v, ds, d in items
+        ]
+        out.append((head, rows))
+    return out

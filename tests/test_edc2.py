@@ -144,6 +144,11 @@ def test_dropped_summaries_never_reach_the_generator_and_all_dropped_falls_back(
     assert a.documents == ["Topic 0 is described in text 0."] and a.meta["kept"] == [True, False]
     assert not a.meta["fallback"]
     assert b.meta["fallback"] and b.documents == [p.render() for p in ps]
+    # the summary averages the per-question diagnostics: 2 calls each, one fallback in two, 1 summary kept in 4
+    from harness.records import aggregate_diagnostics
+
+    diag = aggregate_diagnostics([{"meta": a.meta}, {"meta": b.meta}])
+    assert {k: v["mean"] for k, v in diag.items()} == {"fallback": 0.5, "llm_calls": 2.0, "summaries_kept": 0.5}
     assert len(_Endpoint.seen) == 4 and all(s["auth"] == "Bearer sk-test-123" for s in _Endpoint.seen)
     assert all(s["body"]["temperature"] == 0 for s in _Endpoint.seen)
     assert "sk-test-123" not in json.dumps(m.describe())

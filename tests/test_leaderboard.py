@@ -369,6 +369,19 @@ def test_shared_questions_table_rescores_every_row_on_the_ids_they_share(tmp_pat
     assert shared.recomputed.all()
 
 
+def test_diagnostics_tables_show_each_methods_averaged_flags_in_pipeline_order(tmp_path):
+    folder = write_run(tmp_path, "compselect", "nq", [("Paris", ["Paris"])] * 4)
+    s = json.loads((folder / "summary.json").read_text())
+    s["diagnostics"] = {"recall3": {"mean": 0.0, "n": 3}, "recall1": {"mean": 2 / 3, "n": 3},
+                        "eligible": {"mean": 0.75, "n": 4}, "hit2_at1": {"mean": 1 / 3, "n": 3}}
+    (folder / "summary.json").write_text(json.dumps(s))
+    write_run(tmp_path, "full", "nq", [("Paris", ["Paris"])] * 4)
+    [(head, rows)] = tables.diagnostics(collect(tmp_path))
+    assert head == ["Method", "Dataset", "answer in passages % (n)", "Recall-1 % (n)", "Hit-2@1 % (n)",
+                    "Recall-3 % (n)"]
+    assert rows == [["compselect", "NQ", "75.00 (4)", "66.67 (3)", "33.33 (3)", "0.00 (3)"]]
+
+
 def test_latency_table_says_how_each_row_was_timed(tmp_path):
     grid(tmp_path, n=10, datasets=("nq",))
     lat = tables.latency(collect(tmp_path)).set_index("variant")

@@ -98,7 +98,10 @@ class EDC2(Compressor):
                 units=[Unit(i) for i in range(len(ex.passages))] if fallback else None,
                 timings={"cluster": (t1 - t0) / n, "summarize": (t2 - t1) / n},
                 meta={"clusters": cls, "summaries": mine, "kept": kept, "llm_calls": len(cls),
-                      "fallback": fallback},
+                      "fallback": fallback,
+                      # averaged by the run's summary: LLM calls per question, share of raw-passage fallbacks
+                      "diagnostics": {"llm_calls": len(cls), "fallback": float(fallback),
+                                      "summaries_kept": sum(kept)}},
             ))
         return out
 
