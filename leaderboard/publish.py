@@ -219,7 +219,8 @@ def publish(
                 + "\n"
             )
             for h, r in diag:
-                sections.append((f"Method diagnostics — {profile} / {gen}", html.frame_html(pd.DataFrame(r, columns=h))))
+                frame = html.frame_html(pd.DataFrame(r, columns=h))
+                sections.append((f"Method diagnostics — {profile} / {gen}", frame))
         lh, lr = _latency_md(lat[(lat.profile == profile) & (lat.generator == gen)])
         md.append(
             "### Latency and break-even\n\nSeconds per example; break-even = compression time / "
