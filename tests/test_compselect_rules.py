@@ -199,6 +199,22 @@ def test_empty_truncation_means_closed_book():
     assert one.documents == [SOURCES[1]] and one.units == [Unit(0, 1)] and one.meta["k"] == 1
 
 
+def test_result_reads_each_cascade_flag_from_its_own_stage():
+    """Extracted, ranked and kept clues differ: the answer clue is extracted, ranked second, and cut."""
+    from harness.types import Example, Passage, Unit
+    from methods.compselect.method import CompSelect, ExtractorInput
+    from methods.compselect.parsing import Clue
+
+    ex = Example("x", "When was the tower completed?", ("1889",), (Passage(" ".join(SOURCES)),))
+    x = ExtractorInput([], [Unit(0, i) for i in range(4)], SOURCES, 4)
+    answer, other = Clue(1, SOURCES[1], SOURCES[1], 1.0), Clue(2, SOURCES[2], SOURCES[2], 1.0)
+    r = CompSelect._result(ex, x, [answer, other], [], [other, answer], [0.9, 0.1], 1, "", {})
+    assert r.meta["diagnostics"] == {"eligible": True, "recall1": 1.0, "hit2_at1": 0.0, "recall3": 0.0}
+    assert [e["unit"] for e in r.meta["extracted"]] == [[0, 1], [0, 2]]
+    assert [e["unit"] for e in r.meta["ranked"]] == [[0, 2], [0, 1]] and r.meta["kept"] == [[0, 2]]
+    assert r.documents == [SOURCES[2]]
+
+
 def test_balance_empty_keeps_every_nonempty_label_and_caps_the_empty_ones():
     from methods.compselect.labels import balance_empty
 
