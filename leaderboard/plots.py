@@ -38,7 +38,7 @@ def subem_vs_cr(df: pd.DataFrame, profile: str, generator: str, path: Path) -> P
     plt = _plt()
     g = df[(df.profile == profile) & (df.generator == generator)]
     ds = datasets(g)
-    fig, axes = plt.subplots(1, len(ds), figsize=(5.2 * len(ds), 4.4), squeeze=False)
+    fig, axes = plt.subplots(1, len(ds), figsize=(5.2 * len(ds), 5.6), squeeze=False)
     for ax, d in zip(axes[0], ds, strict=True):
         x = g[g.dataset == d]
         pts = x[x.cr.notna() & x.subem.notna()]
@@ -68,8 +68,10 @@ def subem_vs_cr(df: pd.DataFrame, profile: str, generator: str, path: Path) -> P
         if front:
             f = normal.set_index("variant").loc[front]
             ax.step(f.cr, f.subem, where="pre", color="tab:red", lw=1.5, label="Pareto front", zorder=2)
-        for r in x[x.cr.isna() & x.subem.notna()].itertuples():
-            ax.axhline(r.subem, ls=":", color="tab:green", label=f"{r.variant} (no context)")
+        empty = x[x.cr.isna() & x.subem.notna()]
+        for subem, same in empty.groupby("subem", sort=True):  # rows that kept nothing: one line per SubEM
+            names = ", ".join(same.variant)
+            ax.axhline(float(subem), ls=":", color="tab:green", label=f"no context: {names} ({float(subem):.1f})")
         ax.set_xscale("log")
         if len(pts):
             ax.set_xlim(float(pts.cr.min()) / 1.3, float(pts.cr.max()) * 2.2)  # room for the labels
@@ -79,7 +81,7 @@ def subem_vs_cr(df: pd.DataFrame, profile: str, generator: str, path: Path) -> P
         span = "?" if not ns else str(ns[0]) if len(ns) == 1 else f"{ns[0]}-{ns[-1]} per row"
         ax.set_title(f"{label(d)} (n={span})")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8, loc="best")
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16))  # below: the points stay visible
     fig.suptitle(f"SubEM vs CR — {profile} profile, generator {generator}")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
