@@ -89,6 +89,11 @@ def subem_vs_cr(df: pd.DataFrame, profile: str, generator: str, path: Path) -> P
     return path
 
 
+def _seconds(x: float) -> str:
+    """A duration for a bar label: seconds from 1 s up, milliseconds below."""
+    return f"{x:.1f} s" if x >= 1 else f"{x * 1e3:.3g} ms"
+
+
 def latency_bars(lat: pd.DataFrame, profile: str, generator: str, path: Path) -> Path:
     """Stacked horizontal bars per dataset: compression (offline part) + generation (online) seconds."""
     plt = _plt()
@@ -105,7 +110,7 @@ def latency_bars(lat: pd.DataFrame, profile: str, generator: str, path: Path) ->
         ax.barh(list(y), o, left=c, color="tab:blue", label="generation (online)")
         for yi, ci, oi in zip(y, c, o, strict=True):  # compression is often too thin to see: print it
             ax.annotate(
-                f"compress {ci * 1e3:.3g} ms",
+                f"compress {_seconds(ci)}",
                 (ci + oi, yi),
                 xytext=(4, 0),
                 textcoords="offset points",
@@ -119,7 +124,10 @@ def latency_bars(lat: pd.DataFrame, profile: str, generator: str, path: Path) ->
         ax.set_title(f"{label(d)} ({proto})")
         ax.grid(axis="x", alpha=0.3)
         ax.legend(fontsize=8, loc="lower right")
-    fig.suptitle(f"Latency — {profile} profile, generator {generator}")
+    fig.suptitle(
+        f"Latency — {profile} profile, generator {generator} (rows may be timed at other batch sizes and "
+        "threads: see the table's timed-at column)"
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
