@@ -7,6 +7,8 @@ import sys
 
 import pandas as pd
 
+from leaderboard.matched import MIN_N
+
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m leaderboard", description=__doc__)
@@ -18,7 +20,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
     p.add_argument("--baseline", default="full", help="variant the paired tests compare with (default full)")
     p.add_argument(
-        "--min-n", type=int, default=50, help="rows with fewer records stay out of the shared-questions table (50)"
+        "--min-n",
+        type=int,
+        default=MIN_N,
+        help=f"rows with fewer records stay out of the shared-questions table (default {MIN_N})",
     )
     r = sub.add_parser("archive", help="copy the newest run of each key, slimmed, into a folder kept in git")
     r.add_argument("results", nargs="+", help="results roots")

@@ -10,6 +10,7 @@ Break-even: compression pays for itself when its time is below the generation ti
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -253,8 +254,6 @@ DIAGNOSTICS = {
 def diagnostics(df: pd.DataFrame) -> list[tuple[list[str], list[list[str]]]]:
     """One (head, rows) table per set of diagnostic keys (e.g. CompSelect's cascade of Table 6, EDC2's LLM
     calls): the mean over the examples that report each key, and that count."""
-    import json
-
     groups: dict[tuple[str, ...], list[tuple[str, str, dict]]] = {}
     for r in df.itertuples():
         d = json.loads(r.diagnostics) if isinstance(getattr(r, "diagnostics", None), str) else {}
