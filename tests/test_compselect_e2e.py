@@ -103,3 +103,16 @@ def test_truncator_probe_reports_predicted_against_label_k(tmp_path, generator):
     assert report["questions"] == 3 and sum(report["predicted_k"].values()) == 3
     assert report["label_k"] == dict(sorted(Counter(json.loads(r)["k"] for r in rows).items()))
     assert 0 <= report["agree_keep_or_not"] <= 3
+
+
+def test_finefilter_truncator_outputs_an_index(env, nq5):
+    """FineFilter's committed truncator (trained by the project's pipeline on K) answers with an integer, which
+    is the number of ranked clues kept."""
+    ff = build_method(method_config("finefilter"))
+    ff.bind(env)
+    (c,) = ff.compress_batch([nq5[1]])  # an example the extractor finds clues in
+    assert c.meta["n_clues"] > 0
+    out = c.meta["truncator_output"].strip()
+    assert out.isdigit() and c.meta["k"] == min(int(out), c.meta["n_clues"])
+    assert c.meta["kept"] == [r["unit"] for r in c.meta["ranked"][: c.meta["k"]]]
+    assert ff.describe()["adapters"]["truncator"]["path"].endswith("truncator_index")

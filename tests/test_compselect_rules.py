@@ -258,3 +258,43 @@ def test_likelihood_fallback_replaces_only_the_empty_labels():
     assert ks == [1, 1, 0]
     assert nlls[0] is None and nlls[1] == [3.0, 1.0, 1.1, 1.2] and nlls[2] == [3.0, 3.1, 3.2]
     assert nll.asked == [0, 1, 2, 3, 0, 1, 2]  # every prefix of the empty-labelled questions, the empty one too
+
+
+def test_retraining_one_stage_keeps_the_other_reports_and_the_earlier_runs(tmp_path):
+    """A run that trains only a (possibly renamed) truncator keeps every earlier stage report and the record
+    of how the earlier runs were made, oldest first."""
+    import json
+
+    from methods.compselect.train import earlier_runs, previous_reports
+
+    assert previous_reports(tmp_path) == {} and earlier_runs(tmp_path) == []
+    first = {
+        "created": "t1",
+        "total": {"wall_s": 1086.5},
+        "extractor": {"train": {"val_loss_after": 0.2}},
+        "truncator": {"labels": {"output": "text"}, "train": {}},
+        "labels_only": {"truncator_labels": {}},
+    }
+    (tmp_path / "manifest.json").write_text(json.dumps(first))
+    assert set(previous_reports(tmp_path)) == {"extractor", "truncator"}
+    assert earlier_runs(tmp_path) == [{"created": "t1", "total": {"wall_s": 1086.5}}]
+    second = {**first, "created": "t2", "truncator_index": {"train": {}}, "earlier_runs": earlier_runs(tmp_path)}
+    (tmp_path / "manifest.json").write_text(json.dumps(second))
+    assert set(previous_reports(tmp_path)) == {"extractor", "truncator", "truncator_index"}
+    assert [r["created"] for r in earlier_runs(tmp_path)] == ["t1", "t2"]
+
+
+def test_finefilter_is_compselect_with_an_index_truncator():
+    from hydra import compose, initialize_config_dir
+
+    from harness.config import register_resolvers
+    from tests.conftest import REPO
+
+    register_resolvers()
+    with initialize_config_dir(str(REPO / "conf"), version_base="1.3"):
+        ff = compose("config", overrides=["method=finefilter"]).method
+        cs = compose("config", overrides=["method=compselect"]).method
+    assert ff.truncator_output == "index" and cs.truncator_output == "text"
+    assert ff.truncator.endswith("/truncator_index") and ff.extractor == cs.extractor
+    assert ff.reranker == cs.reranker
+    assert parse_truncation("2", ["a", "b", "c"], "index") == 2 and parse_truncation("0", ["a"], "index") == 0

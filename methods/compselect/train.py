@@ -237,13 +237,28 @@ def sft_stage(name: str, cfg_stage: DictConfig, cfg: DictConfig, lm, train_ex, v
     return report
 
 
-def previous_reports(out: Path) -> dict[str, Any]:
-    """The stage reports of the manifest already in ``out`` (empty when there is none)."""
+STAGES = ("extractor", "reranker", "truncator")
+RUN_KEYS = ("created", "times", "total", "config", "packages", "git", "hardware")  # what one training run adds
+
+
+def previous_manifest(out: Path) -> dict[str, Any]:
     old = out / "manifest.json"
-    if not old.is_file():
-        return {}
-    prev = json.loads(old.read_text())
-    return {s: prev[s] for s in ("extractor", "reranker", "truncator") if s in prev}
+    return json.loads(old.read_text()) if old.is_file() else {}
+
+
+def previous_reports(out: Path) -> dict[str, Any]:
+    """The stage reports of the manifest already in ``out`` (empty when there is none): every entry with a
+    ``train`` report, which includes a truncator saved under another ``truncator.name``."""
+    return {k: v for k, v in previous_manifest(out).items() if isinstance(v, dict) and "train" in v}
+
+
+def earlier_runs(out: Path) -> list[dict[str, Any]]:
+    """The run records (time, configuration, code, machine) of the trainings that wrote ``out`` before, oldest
+    first, so that re-training one stage does not erase how the others were made."""
+    prev = previous_manifest(out)
+    if not prev:
+        return []
+    return [*prev.get("earlier_runs", []), {k: prev[k] for k in RUN_KEYS if k in prev}]
 
 
 def evaluated_afterwards(base_lm, tuned_lm, name: str, val) -> dict[str, Any]:
@@ -293,6 +308,11 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     cache_root = Path(cfg.cache_dir) if cfg.cache_dir else cache_dir() / "compselect"
     stages = set(cfg.stages)
+    if not stages <= set(STAGES):  # checked before hours of labelling, not after
+        raise ValueError(f"stages={sorted(stages)}; valid: {', '.join(STAGES)}")
+    trunc_name = str(cfg.truncator.get("name") or "truncator")  # the adapter folder and the manifest entry
+    if trunc_name in ("extractor", "reranker", "labels"):
+        raise ValueError(f"truncator.name={trunc_name!r} would overwrite the {trunc_name} folder")
     fallback = cfg.truncator.get("fallback")
     if fallback not in (None, "likelihood"):  # checked before hours of labelling, not after
         raise ValueError(f"truncator.fallback={fallback!r}; valid: null, likelihood")
@@ -317,7 +337,10 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             part: extractor_targets(cfg, lm, encoder, [by_id[i] for i in splits["extractor"][part]])
             for part in ("train", "val")
         }
-    write_jsonl(out / "labels" / "extractor_targets.jsonl", [r for p in targets.values() for r in p])
+    if "extractor" in stages or not (out / "labels" / "extractor_targets.jsonl").is_file():
+        # left as they are when the extractor is not re-trained: the committed adapter was trained on them (a
+        # near-tie of cosines can order two targets differently at another thread count)
+        write_jsonl(out / "labels" / "extractor_targets.jsonl", [r for p in targets.values() for r in p])
 
     def ext_examples(rows):
         exs = []
@@ -479,10 +502,10 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     }
     if "truncator" in stages:
         with watch("truncator_train"):
-            manifest["truncator"] = {
+            manifest[trunc_name] = {
                 "labels": trunc_stats,
                 "train": sft_stage(
-                    "truncator",
+                    trunc_name,
                     cfg.truncator,
                     cfg,
                     lm,
@@ -518,7 +541,11 @@ def run(cfg: DictConfig) -> dict[str, Any]:
                 "reranker_base": resolve(cfg.reranker.base).describe(),
                 "generator": generator.describe(),
             },
-            "artifacts": {n: adapter_digest(out / n) for n in ("extractor", "reranker", "truncator")},
+            "artifacts": {
+                n: adapter_digest(out / n)
+                for n in dict.fromkeys(("extractor", "reranker", "truncator", trunc_name))
+                if (out / n).is_dir()
+            },
             "cache": {
                 "dir": str(cache_root),
                 "generator_calls": {"hits": labeller.cache.hits, "misses": labeller.cache.misses},
@@ -537,8 +564,9 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         }
     )
     for stage, report in previous_reports(out).items():  # keep the reports of stages not re-run
-        if stage not in stages:
+        if stage not in manifest:
             manifest[stage] = report
+    manifest["earlier_runs"] = earlier_runs(out)
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1, ensure_ascii=False, default=str))
     return manifest
 
