@@ -1,9 +1,9 @@
-"""``python -m methods.compselect.truncator_probe <adapter dir> <labels jsonl> [--data DIR]``
+"""``python -m methods.compselect.truncator_probe <adapter dir> <labels jsonl> [--data DIR] [--output index]``
 
 How often a truncator adapter keeps clues: it runs the truncator on the ranked clue lists of a
-``truncator_labels.jsonl`` (written by ``methods.compselect.train``) and prints the predicted K against the
-labels' K (counts, and agreement on "keep something" vs "keep nothing"). The figures behind the table in
-``methods/compselect/README.md``.
+``truncator_labels.jsonl`` (written by ``methods.compselect.train``; ``--output index`` for a truncator trained on
+K, FineFilter's) and prints the predicted K against the labels' K (counts, and agreement on "keep something" vs
+"keep nothing"). The figures behind the table in ``methods/compselect/README.md``.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("labels")
     ap.add_argument("--data", default=os.environ.get("RAG_HARNESS_DATA") or str(REPO_ROOT.parent / "shared/data"))
     ap.add_argument("--lm", default="embedded:smollm2-135m-instruct")
+    ap.add_argument("--output", choices=("text", "index"), default="text", help="what the truncator was trained on")
     args = ap.parse_args(argv)
     rows = [json.loads(line) for line in Path(args.labels).read_text().splitlines() if line.strip()]
     questions = {}
@@ -39,7 +40,7 @@ def main(argv: list[str] | None = None) -> dict:
         questions.update({e.id: e.question for e in load_dataset(DatasetSpec(name, str(path), 5, "none", None))})
     lm = LoraLM(args.lm, {"truncator": args.adapter})
     outs = lm.generate([truncator_messages(questions[r["id"]], r["ranked"]) for r in rows], "truncator", 128, 8)
-    ks = [parse_truncation(o, r["ranked"], "text") for o, r in zip(outs, rows, strict=True)]
+    ks = [parse_truncation(o, r["ranked"], args.output) for o, r in zip(outs, rows, strict=True)]
     report = {
         "lm": resolve(args.lm).describe()["source"],
         "questions": len(rows),
