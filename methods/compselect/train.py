@@ -311,7 +311,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     if not stages <= set(STAGES):  # checked before hours of labelling, not after
         raise ValueError(f"stages={sorted(stages)}; valid: {', '.join(STAGES)}")
     trunc_name = str(cfg.truncator.get("name") or "truncator")  # the adapter folder and the manifest entry
-    if trunc_name in ("extractor", "reranker", "labels"):
+    if trunc_name in ("labels", *STAGES[:2]):
         raise ValueError(f"truncator.name={trunc_name!r} would overwrite the {trunc_name} folder")
     fallback = cfg.truncator.get("fallback")
     if fallback not in (None, "likelihood"):  # checked before hours of labelling, not after
@@ -543,7 +543,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             },
             "artifacts": {
                 n: adapter_digest(out / n)
-                for n in dict.fromkeys(("extractor", "reranker", "truncator", trunc_name))
+                for n in dict.fromkeys((*STAGES, trunc_name, *previous_reports(out)))  # incl. other truncators
                 if (out / n).is_dir()
             },
             "cache": {
