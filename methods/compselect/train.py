@@ -311,7 +311,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     if not stages <= set(STAGES):  # checked before hours of labelling, not after
         raise ValueError(f"stages={sorted(stages)}; valid: {', '.join(STAGES)}")
     trunc_name = str(cfg.truncator.get("name") or "truncator")  # the adapter folder and the manifest entry
-    if trunc_name in ("labels", *STAGES[:2]):
+    if trunc_name in ("labels", "extractor", "reranker"):  # the other folders under out
         raise ValueError(f"truncator.name={trunc_name!r} would overwrite the {trunc_name} folder")
     fallback = cfg.truncator.get("fallback")
     if fallback not in (None, "likelihood"):  # checked before hours of labelling, not after
