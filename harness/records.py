@@ -150,10 +150,19 @@ def timing_conditions(predictions: Sequence[dict[str, Any]]) -> dict[str, dict[s
     out: dict[str, dict[str, int]] = {"batch": {}, "threads": {}}
     for r in predictions:
         for k in out:
-            v = r.get(k)
-            key = "unknown" if v is None else str(v)
+            key = count_key(r.get(k))
             out[k][key] = out[k].get(key, 0) + 1
     return out
+
+
+def count_key(value: Any) -> str:
+    """The name a batch size or thread count is counted under: ``unknown`` for None, and a whole number the same
+    whether a record holds it as ``1`` or as ``1.0`` (a table with gaps in a column makes pandas write floats)."""
+    if value is None:
+        return "unknown"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
 
 
 def aggregate_diagnostics(predictions: Sequence[dict[str, Any]]) -> dict[str, dict[str, float]]:

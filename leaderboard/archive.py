@@ -60,6 +60,9 @@ def _write_run(row: pd.Series, dest: Path) -> None:
         for rec in preds.to_dict("records"):
             clean = {k: v for k, v in rec.items() if not (isinstance(v, float) and pd.isna(v))}
             slim = slim_record(clean, KEEP)
+            for k in ("batch", "threads"):  # pandas reads a column with gaps as floats: write 1, not 1.0
+                if isinstance(slim.get(k), float) and slim[k].is_integer():
+                    slim[k] = int(slim[k])
             meta = clean.get("meta")
             diagnostics = meta.get("diagnostics") if isinstance(meta, dict) else None
             if diagnostics:  # kept so the summary of a run resumed from the archive still averages them

@@ -63,9 +63,22 @@ def timed_at(summary: dict[str, Any]) -> str | None:
         return None
 
     def part(prefix: str, counts: dict[str, int]) -> str:
-        return " ".join(f"{prefix}{'?' if k == 'unknown' else k}x{v}" for k, v in counts.items())
+        merged: dict[str, int] = {}
+        for k, v in counts.items():  # "1.0" and "1" are one setting (older summaries counted them apart)
+            name = "?" if k == "unknown" else _whole(k)
+            merged[name] = merged.get(name, 0) + v
+        return " ".join(f"{prefix}{k}x{v}" for k, v in merged.items())
 
     return f"{part('b', t.get('batch') or {})} / {part('t', t.get('threads') or {})}"
+
+
+def _whole(text: str) -> str:
+    """``"1.0"`` as ``"1"``; any other text as it is."""
+    try:
+        number = float(text)
+    except ValueError:
+        return text
+    return str(int(number)) if number.is_integer() else text
 
 
 def model_ids(info: Any) -> list[str]:

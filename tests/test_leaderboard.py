@@ -391,6 +391,23 @@ def test_latency_table_says_how_each_row_was_timed(tmp_path):
     assert timed_at(summarize(mixed)) == "b8x2 b1x1 / t1x2 t2x1"
 
 
+def test_a_resumed_run_counts_a_batch_size_once_through_the_archive(tmp_path):
+    """Records made before batch and threads were kept leave gaps, so pandas reads those columns as floats; the
+    archive writes them back whole, and a summary that counted ``1.0`` apart from ``1`` still reads as one."""
+    folder = write_run(tmp_path / "res", "bm25", "nq", [("Paris", ["Paris"])] * 4)
+    recs = [json.loads(line) for line in (folder / "predictions.jsonl").read_text().splitlines()]
+    for r in recs[1:]:
+        r.update(batch=1, threads=1)
+    (folder / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    [out] = archive(tmp_path / "res", tmp_path / "runs")
+    kept = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
+    assert [(r.get("batch"), type(r.get("threads"))) for r in kept] == [(None, type(None))] + [(1, int)] * 3
+    assert summarize([*kept, {**kept[1], "batch": 1.0, "threads": 1.0}])["timed_at"] == {
+        "batch": {"unknown": 1, "1": 4}, "threads": {"unknown": 1, "1": 4}}
+    old = {"timed_at": {"batch": {"unknown": 50, "1.0": 57, "1": 93}, "threads": {"unknown": 50, "1.0": 57}}}
+    assert timed_at(old) == "b?x50 b1x150 / t?x50 t1x57"
+
+
 def test_comparison_puts_the_papers_rows_beside_ours_with_the_difference(tmp_path):
     grid(tmp_path, n=10, generator="llama3-8b-instruct", datasets=("nq",))
     df = collect(tmp_path)
