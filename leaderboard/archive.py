@@ -19,7 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 from harness.records import slim_record
-from leaderboard.collect import KEY, PREDICTIONS, RUN, SUMMARY, collect, read_predictions
+from leaderboard.collect import KEY, PREDICTIONS, RUN, SUMMARY, collect, read_records
 
 KEEP = (
     "id",
@@ -55,15 +55,12 @@ def _write_run(row: pd.Series, dest: Path) -> None:
     od = row.overrides or ""
     (dest / ".hydra" / "hydra.yaml").write_text(f"hydra:\n  job:\n    override_dirname: {json.dumps(od)}\n")
     n = None if pd.isna(row.n) else int(row.n)
-    preds = read_predictions(src, n)  # the records the summary was computed from, the last of an id winning
+    # the records the summary was computed from, as written (not through pandas, which turns a column with
+    # gaps into floats and fills the gaps with NaN)
     with (dest / PREDICTIONS).open("w", encoding="utf-8") as f:
-        for rec in preds.to_dict("records"):
-            clean = {k: v for k, v in rec.items() if not (isinstance(v, float) and pd.isna(v))}
-            slim = slim_record(clean, KEEP)
-            for k in ("batch", "threads"):  # pandas reads a column with gaps as floats: write 1, not 1.0
-                if isinstance(slim.get(k), float) and slim[k].is_integer():
-                    slim[k] = int(slim[k])
-            meta = clean.get("meta")
+        for rec in read_records(src, n):
+            slim = slim_record(rec, KEEP)
+            meta = rec.get("meta")
             diagnostics = meta.get("diagnostics") if isinstance(meta, dict) else None
             if diagnostics:  # kept so the summary of a run resumed from the archive still averages them
                 slim["meta"] = {"diagnostics": diagnostics}

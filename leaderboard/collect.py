@@ -166,8 +166,13 @@ def collect(roots: str | Path | Iterable[str | Path]) -> pd.DataFrame:
 
 
 def read_predictions(folder: str | Path, n: int | None = None) -> pd.DataFrame:
-    """The scored records of a run: the first ``n`` example ids in file order (the examples its summary was
-    computed from), the last record of an id winning, as the harness reads them on resume."""
+    """The scored records of a run (``read_records``) as a table."""
+    return pd.DataFrame(read_records(folder, n))
+
+
+def read_records(folder: str | Path, n: int | None = None) -> list[dict[str, Any]]:
+    """The scored records of a run as written: the first ``n`` example ids in file order (the examples its
+    summary was computed from), the last record of an id winning, as the harness reads them on resume."""
     recs: dict[str, dict[str, Any]] = {}
     path = Path(folder) / PREDICTIONS
     if path.is_file():
@@ -178,5 +183,4 @@ def read_predictions(folder: str | Path, n: int | None = None) -> pd.DataFrame:
                 except json.JSONDecodeError:
                     break  # a torn last line
                 recs[r["id"]] = r
-    rows = list(recs.values())[: n if n is not None else None]
-    return pd.DataFrame(rows)
+    return list(recs.values())[: n if n is not None else None]
