@@ -7,6 +7,7 @@ The Pareto front is the set of non-oracle runs that no other non-oracle run beat
 from __future__ import annotations
 
 import math
+import textwrap
 from pathlib import Path
 
 import pandas as pd
@@ -70,8 +71,9 @@ def subem_vs_cr(df: pd.DataFrame, profile: str, generator: str, path: Path) -> P
             ax.step(f.cr, f.subem, where="pre", color="tab:red", lw=1.5, label="Pareto front", zorder=2)
         empty = x[x.cr.isna() & x.subem.notna()]
         for subem, same in empty.groupby("subem", sort=True):  # rows that kept nothing: one line per SubEM
-            names = ", ".join(same.variant)
-            ax.axhline(float(subem), ls=":", color="tab:green", label=f"no context: {names} ({float(subem):.1f})")
+            text = f"no context: {', '.join(same.variant)} ({float(subem):.1f})"
+            wrapped = "\n".join(textwrap.wrap(text, 60))  # legends side by side must not run into each other
+            ax.axhline(float(subem), ls=":", color="tab:green", label=wrapped)
         ax.set_xscale("log")
         if len(pts):
             ax.set_xlim(float(pts.cr.min()) / 1.3, float(pts.cr.max()) * 2.2)  # room for the labels
