@@ -72,8 +72,8 @@ def subem_vs_cr(df: pd.DataFrame, profile: str, generator: str, path: Path) -> P
         empty = x[x.cr.isna() & x.subem.notna()]
         for subem, same in empty.groupby("subem", sort=True):  # rows that kept nothing: one line per SubEM
             text = f"no context: {', '.join(same.variant)} ({float(subem):.1f})"
-            wrapped = "\n".join(textwrap.wrap(text, 60))  # legends side by side must not run into each other
-            ax.axhline(float(subem), ls=":", color="tab:green", label=wrapped)
+            # wrapped: the legends of panels side by side must not run into each other
+            ax.axhline(float(subem), ls=":", color="tab:green", label=textwrap.fill(text, 60))
         ax.set_xscale("log")
         if len(pts):
             ax.set_xlim(float(pts.cr.min()) / 1.3, float(pts.cr.max()) * 2.2)  # room for the labels
