@@ -29,24 +29,10 @@ def loaded() -> list[tuple]:
 
 
 def causal_lm(ref: str, dtype: str = "float32", trust_remote_code: bool = False):
-    """(model, tokenizer) of a causal LM, in eval mode, shared per (ref, dtype)."""
+    """(model, tokenizer) of a causal LM on the CPU, in eval mode: ``harness.lm.loading.load_hf``'s instance."""
+    from harness.lm.loading import load_hf
 
-    def build():
-        import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        from harness.models import resolve
-
-        path = resolve(ref).path
-        tok = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
-        model = AutoModelForCausalLM.from_pretrained(
-            path, dtype=getattr(torch, dtype), trust_remote_code=trust_remote_code
-        ).eval()
-        if tok.pad_token is None:
-            tok.pad_token = tok.eos_token
-        return model, tok
-
-    return shared(("causal_lm", ref, dtype), build)
+    return load_hf(ref, dtype, "cpu", trust_remote_code)
 
 
 def sentence_encoder(ref: str, device: str = "cpu", trust_remote_code: bool = False):

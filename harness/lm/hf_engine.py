@@ -1,0 +1,109 @@
+"""The transformers engine: padded batches over a Hugging Face causal LM (CPU or GPU).
+
+The selectable alternative to vLLM (``engine: transformers``) and the fallback where vLLM cannot serve a call
+(a model architecture vLLM lacks, a PEFT adapter left unmerged for training). Every operation takes token ids,
+sorts prompts by length and returns results in input order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+
+class TransformersEngine:
+    """Greedy generation, next-token and prompt log-probabilities with ``model.generate`` and forward passes."""
+
+    name = "transformers"
+
+    def __init__(self, model: Any, tokenizer: Any, batch_size: int = 8, batch_tokens: int = 16384) -> None:
+        self.model, self.tokenizer = model, tokenizer
+        self.batch_size, self.batch_tokens = batch_size, batch_tokens
+        self.pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+
+    @property
+    def device(self):
+        return next(self.model.parameters()).device
+
+    def _batches(self, lengths: Sequence[int]):
+        """Index lists, shortest prompts first, at most ``batch_size`` rows and about ``batch_tokens`` tokens."""
+        order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+        start = 0
+        while start < len(order):
+            end = start + 1
+            while (
+                end < len(order)
+                and end - start < self.batch_size
+                and (end + 1 - start) * lengths[order[end]] <= self.batch_tokens
+            ):
+                end += 1
+            yield order[start:end]
+            start = end
+
+    def _left_padded(self, seqs: list[list[int]]):
+        import torch
+
+        width = max(len(s) for s in seqs)
+        ids = torch.full((len(seqs), width), self.pad, dtype=torch.long)
+        att = torch.zeros((len(seqs), width), dtype=torch.long)
+        for row, s in enumerate(seqs):
+            ids[row, width - len(s) :] = torch.tensor(s, dtype=torch.long)
+            att[row, width - len(s) :] = 1
+        return ids.to(self.device), att.to(self.device), width
+
+    def generate(self, prompts: Sequence[list[int]], max_new_tokens: int, stop_ids: Sequence[int]) -> list[tuple]:
+        """(new token ids without the stop token, hit the token limit?) per prompt."""
+        import torch
+
+        out: list[tuple | None] = [None] * len(prompts)
+        for idx in self._batches([len(p) for p in prompts]):
+            ids, att, width = self._left_padded([list(prompts[i]) for i in idx])
+            with torch.inference_mode():
+                gen = self.model.generate(
+                    input_ids=ids,
+                    attention_mask=att,
+                    max_new_tokens=max_new_tokens,
+                    do_sample=False,
+                    num_beams=1,
+                    pad_token_id=self.pad,
+                    eos_token_id=list(stop_ids),
+                )
+            for row, i in enumerate(idx):
+                new = gen[row, width:].tolist()
+                cut = next((j for j, t in enumerate(new) if t in stop_ids), None)
+                out[i] = (new[:cut], False) if cut is not None else (new, len(new) >= max_new_tokens)
+        return out  # type: ignore[return-value]
+
+    def _logits_rows(self, seqs: list[list[int]]):
+        import torch
+
+        ids, att, width = self._left_padded(seqs)
+        pos = (att.cumsum(-1) - 1).clamp(min=0)  # a left-padded row sees the positions it would see alone
+        with torch.inference_mode():
+            logits = self.model(input_ids=ids, attention_mask=att, position_ids=pos).logits
+        return logits.float(), ids, width
+
+    def token_logprobs(self, prompts: Sequence[list[int]], token_ids: Sequence[int]) -> list[list[float]]:
+        """Log-probabilities of ``token_ids`` as the next token after each prompt (full-vocabulary softmax)."""
+        out: list[list[float]] = [[] for _ in prompts]
+        for idx in self._batches([len(p) for p in prompts]):
+            logits, _, _ = self._logits_rows([list(prompts[i]) for i in idx])
+            lp = logits[:, -1].log_softmax(-1)[:, list(token_ids)]
+            for row, i in enumerate(idx):
+                out[i] = lp[row].tolist()
+        return out
+
+    def prompt_logprobs(self, prompts: Sequence[list[int]], start: Sequence[int]) -> list[list[float]]:
+        """log p(token j | tokens < j) for j = start[i] + 1 .. len - 1 of each prompt."""
+        import torch
+
+        out: list[list[float]] = [[] for _ in prompts]
+        for idx in self._batches([len(p) for p in prompts]):
+            seqs = [list(prompts[i]) for i in idx]
+            logits, ids, width = self._logits_rows(seqs)
+            nll = torch.nn.functional.cross_entropy(logits[:, :-1].transpose(1, 2), ids[:, 1:], reduction="none").cpu()
+            for row, i in enumerate(idx):
+                n = len(seqs[row])
+                first = width - n  # position of the prompt's first token in the padded row
+                out[i] = (-nll[row, first + start[i] : width - 1]).tolist()
+        return out

