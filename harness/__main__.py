@@ -1,24 +1,43 @@
-"""``python -m harness method=<name> dataset=<name> [limit=N] [-m for a sweep]``."""
+"""``python -m harness method=<name> dataset=<name> [limit=N] [-m for a sweep]``.
+
+A bad setting (``ConfigError``), bad input data (``DatasetError``) or a run folder of another configuration
+(``RunFolderMismatch``) ends the run with one ``error: ...`` line on stderr and exit status 2, before any model
+loads for the first two; ``hydra.verbose=true`` shows the traceback instead.
+"""
 
 from __future__ import annotations
+
+import sys
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from harness.config import apply_profile_env, register_resolvers
+from harness.data import DatasetError
 from harness.provenance import REPO_ROOT
+from harness.records import RunFolderMismatch
+from harness.validate import ConfigError, validate_config
 
 register_resolvers()
+
+USER_ERRORS = (ConfigError, DatasetError, RunFolderMismatch)
 
 
 @hydra.main(version_base="1.3", config_path=str(REPO_ROOT / "conf"), config_name="config")
 def main(cfg: DictConfig) -> None:
-    apply_profile_env(cfg)
-    from harness.runner import format_summary, run
+    try:
+        validate_config(cfg)  # before the data and any model
+        apply_profile_env(cfg)
+        from harness.runner import format_summary, run
 
-    out_dir = HydraConfig.get().runtime.output_dir
-    summary = run(cfg, out_dir)
+        out_dir = HydraConfig.get().runtime.output_dir
+        summary = run(cfg, out_dir)
+    except USER_ERRORS as e:
+        if HydraConfig.get().verbose:
+            raise
+        print("error: " + " ".join(str(e).splitlines()), file=sys.stderr)
+        sys.exit(2)
     print(format_summary(summary))
     print(f"records: {out_dir}")
 

@@ -7,22 +7,36 @@ Two formats are read:
 - DPR retriever results (``.json`` or ``.json.gz``): one JSON list of objects with ``question``,
   ``answers`` and ``ctxs``, as written by DPR's ``dense_retriever.py``; ids are ``<file stem>-<index>``.
 
-Every problem is reported as ``DatasetError`` naming the file, the line (or list item) and the field.
+Every problem is reported as ``DatasetError`` naming the file, the line (or list item) and the field: bytes that
+are not UTF-8 (a leading UTF-8 BOM is accepted), a truncated or corrupt ``.gz``, invalid JSON, a bad field.
+
+Gold answers: an alias that normalises to the empty string under the SQuAD normalisation of the metrics
+(``"the"``, ``"*"``, ``".a"``) would make SubEM match every prediction, so it is dropped, with one warning per
+file naming the lines. An example left with no alias is an error, unless ``skip_unanswerable`` (config
+``dataset.skip_unanswerable=true``) skips it; ``load_dataset_report`` says how many were skipped.
 """
 
 from __future__ import annotations
 
 import gzip
 import json
+import logging
+import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
+from harness.metrics import normalize
 from harness.text import bm25_scores, rank_desc
 from harness.types import Example, Passage
+from harness.validate import TOP_LEVEL, ConfigError, check
+
+log = logging.getLogger(__name__)
 
 RANKINGS = ("none", "bm25")
+_READ_ERRORS = (OSError, EOFError, zlib.error)  # gzip.BadGzipFile is an OSError
+_NAMED = 5  # lines named in a warning before "and N more"
 
 
 class DatasetError(ValueError):
@@ -38,32 +52,81 @@ class DatasetSpec:
     top_k: int = 5
     rank: str = "none"
     limit: int | None = None
+    skip_unanswerable: bool = False  # skip (not fail on) examples with no gold answer left after normalisation
 
 
-def _open_text(path: Path):
-    if path.suffix == ".gz":
-        return gzip.open(path, "rt", encoding="utf-8")
-    return path.open("r", encoding="utf-8")
+@dataclass(frozen=True)
+class LoadedDataset:
+    """``load_dataset_report``'s result: the examples, and the ids of the examples skipped among the part of
+    the file the examples were taken from (``skip_unanswerable``)."""
+
+    examples: list[Example]
+    skipped: list[str] = field(default_factory=list)
+
+
+def _open_binary(path: Path) -> IO[bytes]:
+    return gzip.open(path, "rb") if path.suffix == ".gz" else path.open("rb")
+
+
+def _read_error(path: Path, done: int, e: BaseException) -> DatasetError:
+    """One line naming the file (and the last line read whole) for an I/O or gzip failure."""
+    at = f"after line {done}: " if done else ""
+    if isinstance(e, gzip.BadGzipFile) and not done:
+        why = f"not a valid gzip file ({e})"
+    elif isinstance(e, EOFError | zlib.error | gzip.BadGzipFile):
+        why = f"gzip data truncated or corrupt ({e}); is the file complete?"
+    else:
+        why = f"cannot read ({type(e).__name__}: {e})"
+    return DatasetError(f"{path}: {at}{why}")
+
+
+def _decode(path: Path, data: bytes, first_line: int) -> str:
+    """UTF-8 text of ``data`` (a leading BOM dropped when it starts the file); a bad byte names its line."""
+    try:
+        return data.decode("utf-8-sig" if first_line == 1 else "utf-8")
+    except UnicodeDecodeError as e:
+        line = first_line + data.count(b"\n", 0, e.start)
+        col = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
+        raise DatasetError(
+            f"{path}: line {line}: not valid UTF-8 (byte 0x{data[e.start]:02x} at column {col}); "
+            "re-encode the file as UTF-8"
+        ) from None
+
+
+def _why(e: BaseException) -> str:
+    """A JSON parse failure in a few words (``JSONDecodeError.msg``; too deep nesting, too long numbers)."""
+    return e.msg if isinstance(e, json.JSONDecodeError) else f"{type(e).__name__}: {' '.join(str(e).split())[:200]}"
 
 
 def _records(path: Path) -> Iterator[tuple[str, Any]]:
     """Yield (location, raw object) pairs; location is ``line N`` or ``item N``."""
     name = path.name.removesuffix(".gz")
     if name.endswith(".jsonl"):
-        with _open_text(path) as f:
-            for lineno, line in enumerate(f, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    yield f"line {lineno}", json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise DatasetError(f"{path}: line {lineno}: not valid JSON ({e.msg})") from None
+        lineno = 0
+        try:
+            with _open_binary(path) as f:
+                for lineno, raw in enumerate(f, start=1):
+                    line = _decode(path, raw, lineno)
+                    if not line.strip():
+                        continue
+                    try:
+                        obj = json.loads(line)
+                    except (ValueError, RecursionError) as e:
+                        raise DatasetError(f"{path}: line {lineno}: not valid JSON ({_why(e)})") from None
+                    yield f"line {lineno}", obj
+        except _READ_ERRORS as e:
+            raise _read_error(path, lineno, e) from None
     elif name.endswith(".json"):
-        with _open_text(path) as f:
-            try:
-                data = json.load(f)
-            except json.JSONDecodeError as e:
-                raise DatasetError(f"{path}: line {e.lineno}: not valid JSON ({e.msg})") from None
+        try:
+            with _open_binary(path) as f:
+                raw = f.read()
+        except _READ_ERRORS as e:
+            raise _read_error(path, 0, e) from None
+        try:
+            data = json.loads(_decode(path, raw, 1))
+        except (ValueError, RecursionError) as e:
+            at = f"line {e.lineno}: " if isinstance(e, json.JSONDecodeError) else ""
+            raise DatasetError(f"{path}: {at}not valid JSON ({_why(e)})") from None
         if not isinstance(data, list):
             raise DatasetError(f"{path}: line 1: expected a JSON list of questions (DPR retriever results)")
         for i, obj in enumerate(data):
@@ -72,7 +135,9 @@ def _records(path: Path) -> Iterator[tuple[str, Any]]:
         raise DatasetError(f"{path}: unknown format; expected .jsonl, .jsonl.gz, .json or .json.gz")
 
 
-def _parse(path: Path, where: str, obj: Any, default_id: str) -> Example:
+def _parse(path: Path, where: str, obj: Any, default_id: str) -> tuple[Example, list[str]]:
+    """The example of one record, and the gold aliases dropped from it (those normalising to "")."""
+
     def bad(field: str, why: str) -> DatasetError:
         return DatasetError(f"{path}: {where}: field '{field}': {why}")
 
@@ -82,12 +147,8 @@ def _parse(path: Path, where: str, obj: Any, default_id: str) -> Example:
     if not isinstance(q, str) or not q.strip():
         raise bad("question", "missing or empty")
     answers = obj.get("answers")
-    if (
-        not isinstance(answers, list)
-        or not answers
-        or not all(isinstance(a, str) and a.strip() for a in answers)
-    ):
-        raise bad("answers", "must be a non-empty list of non-empty strings")
+    if not isinstance(answers, list) or not answers or not all(isinstance(a, str) for a in answers):
+        raise bad("answers", "must be a non-empty list of strings")
     ctxs = obj.get("ctxs", None)
     if not isinstance(ctxs, list):
         raise bad("ctxs", "must be a list of objects with 'text'")
@@ -109,26 +170,70 @@ def _parse(path: Path, where: str, obj: Any, default_id: str) -> Example:
     if not isinstance(ex_id, str | int) or str(ex_id) == "":
         raise bad("id", "must be a non-empty string")
     meta = {k: v for k, v in obj.items() if k not in ("id", "question", "answers", "ctxs")}
-    return Example(str(ex_id), q.strip(), tuple(a.strip() for a in answers), tuple(passages), meta)
+    kept = tuple(a.strip() for a in answers if normalize(a))
+    dropped = [a for a in answers if not normalize(a)]
+    return Example(str(ex_id), q.strip(), kept, tuple(passages), meta), dropped
 
 
-def read_examples(path: str | Path) -> list[Example]:
-    """Read and validate every example of a file; fails on the first problem, naming file, line, field."""
-    path = Path(path)
+def _named(items: list[str]) -> str:
+    more = f"; and {len(items) - _NAMED} more" if len(items) > _NAMED else ""
+    return "; ".join(items[:_NAMED]) + more
+
+
+def _read(path: Path, skip_unanswerable: bool) -> list[tuple[str, Example]]:
+    """Every example of a file in order, with its location; one left with no gold answer has ``answers == ()``
+    (only when ``skip_unanswerable``, otherwise it is an error)."""
     if not path.is_file():
         raise DatasetError(
             f"{path}: no such file (the default data root is ../shared/data beside the repository: set "
             "RAG_HARNESS_DATA to the folder holding <dataset>/<split>.jsonl.gz, or pass dataset.path=<file>)"
         )
-    examples, seen = [], {}
+    rows: list[tuple[str, Example]] = []
+    seen: dict[str, str] = {}
+    dropped: list[str] = []
+    n_dropped = 0
+    skipped: list[str] = []
     stem = path.name.split(".")[0]
     for idx, (where, obj) in enumerate(_records(path)):
-        ex = _parse(path, where, obj, default_id=f"{stem}-{idx}")
+        ex, empty = _parse(path, where, obj, default_id=f"{stem}-{idx}")
         if ex.id in seen:
             raise DatasetError(f"{path}: {where}: field 'id': duplicate id {ex.id!r} (first at {seen[ex.id]})")
         seen[ex.id] = where
-        examples.append(ex)
-    return examples
+        aliases = ", ".join(map(repr, empty))
+        if not ex.answers:
+            if not skip_unanswerable:
+                raise DatasetError(
+                    f"{path}: {where}: field 'answers': no usable gold answer: every alias ({aliases}) normalises "
+                    "to the empty string under SQuAD normalisation; fix the file, or set "
+                    "dataset.skip_unanswerable=true to skip such examples"
+                )
+            skipped.append(f"{where} (id {ex.id}: {aliases})")
+        elif empty:
+            n_dropped += len(empty)
+            dropped.append(f"{where} (id {ex.id}: {aliases})")
+        rows.append((where, ex))
+    if dropped:
+        log.warning(
+            "%s: dropped %d gold answer alias(es) that normalise to the empty string under SQuAD normalisation "
+            "(they would match any prediction) at %s",
+            path,
+            n_dropped,
+            _named(dropped),
+        )
+    if skipped:
+        log.warning(
+            "%s: skipping %d example(s) with no usable gold answer (dataset.skip_unanswerable=true): %s",
+            path,
+            len(skipped),
+            _named(skipped),
+        )
+    return rows
+
+
+def read_examples(path: str | Path, skip_unanswerable: bool = False) -> list[Example]:
+    """Read and validate every example of a file; fails on the first problem, naming file, line, field.
+    With ``skip_unanswerable``, examples left with no gold answer are left out instead of failing."""
+    return [ex for _, ex in _read(Path(path), skip_unanswerable) if ex.answers]
 
 
 def rank_passages(example: Example, how: str) -> Example:
@@ -149,17 +254,29 @@ def rank_passages(example: Example, how: str) -> Example:
     return Example(example.id, example.question, example.answers, ranked, example.meta)
 
 
-def load_dataset(spec: DatasetSpec) -> list[Example]:
-    """Read, validate, cut to ``limit`` examples, rank, and keep ``top_k`` passages of each."""
+def load_dataset_report(spec: DatasetSpec) -> LoadedDataset:
+    """Read, validate, cut to the first ``limit`` usable examples, rank, and keep ``top_k`` passages of each;
+    also the ids of the examples skipped (``skip_unanswerable``) before the cut."""
     if spec.rank not in RANKINGS:
-        raise ValueError(f"dataset.rank={spec.rank!r}; valid: {', '.join(RANKINGS)}")
-    if spec.top_k < 0:
-        raise ValueError(f"dataset.top_k must be >= 0, got {spec.top_k}")
-    examples = read_examples(spec.path)
-    if spec.limit is not None:
-        examples = examples[: spec.limit]
+        raise ConfigError(f"dataset.rank={spec.rank!r}: must be one of {', '.join(RANKINGS)}")
+    check("dataset.top_k", spec.top_k, TOP_LEVEL["dataset.top_k"])
+    check("limit", spec.limit, TOP_LEVEL["limit"])
+    examples: list[Example] = []
+    skipped: list[str] = []
+    for _, ex in _read(Path(spec.path), spec.skip_unanswerable):
+        if spec.limit is not None and len(examples) >= spec.limit:
+            break
+        if ex.answers:
+            examples.append(ex)
+        else:
+            skipped.append(ex.id)
     out = []
     for ex in examples:
         ex = rank_passages(ex, spec.rank)
         out.append(Example(ex.id, ex.question, ex.answers, ex.passages[: spec.top_k], ex.meta))
-    return out
+    return LoadedDataset(out, skipped)
+
+
+def load_dataset(spec: DatasetSpec) -> list[Example]:
+    """``load_dataset_report(spec).examples``."""
+    return load_dataset_report(spec).examples

@@ -14,11 +14,12 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
 from harness import metrics, provenance, resources
-from harness.data import DatasetSpec, load_dataset
+from harness.data import DatasetSpec, load_dataset_report
 from harness.prompt import build_messages, render_documents
 from harness.protocols import Compressor, Generator, MethodEnv
 from harness.records import RunRecords, config_key, summarize
 from harness.types import Compressed, Example, Unit
+from harness.validate import validate_config
 
 log = logging.getLogger(__name__)
 
@@ -128,11 +129,15 @@ def _batches(items: Sequence[Any], size: int):
 def run(cfg: DictConfig, out_dir: str | Path) -> dict[str, Any]:
     """Run one (method, dataset, generator) configuration into ``out_dir`` and return its summary."""
     t_start = time.perf_counter()
+    validate_config(cfg)
     d = cfg.dataset
-    spec = DatasetSpec(d.name, d.path, int(d.top_k), d.rank, cfg.limit)
-    examples = load_dataset(spec)  # validated before any model loads
+    skip = bool(d.get("skip_unanswerable", False))
+    loaded = load_dataset_report(DatasetSpec(d.name, d.path, int(d.top_k), d.rank, cfg.limit, skip))
+    examples = loaded.examples  # validated before any model loads
 
     key_cfg = {k: v for k, v in OmegaConf.to_container(cfg, resolve=True).items() if k not in EXECUTION_KEYS}
+    if not skip:  # the default leaves the key (and so the run folders made before the flag) as they were
+        key_cfg["dataset"].pop("skip_unanswerable", None)
     key_cfg = provenance.redact(key_cfg)
     records = RunRecords(out_dir, config_key(key_cfg), key_cfg)
 
@@ -181,6 +186,7 @@ def run(cfg: DictConfig, out_dir: str | Path) -> dict[str, Any]:
         "generator": cfg.generator.name,
         "profile": cfg.profile.name,
         **summarize(preds, lats),
+        "skipped_examples": len(loaded.skipped),
         "run": {
             "wall_s": wall_s,
             "model_s": model_s,

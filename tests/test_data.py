@@ -44,7 +44,7 @@ def test_dpr_retriever_results_format(tmp_path):
     dpr = [
         {
             "question": "q one",
-            "answers": ["a"],
+            "answers": ["x"],  # not "a": an article normalises to "" and is no answer
             "ctxs": [{"id": "1", "title": "T", "text": "x a", "score": "3.5", "has_answer": True}],
         },
         {"question": "q two", "answers": ["b"], "ctxs": []},
