@@ -52,7 +52,7 @@ class RecompAbstractive(Compressor):
 
     def __init__(
         self, model: str, kind: str = "seq2seq", max_input_tokens: int = 1024, max_new_tokens: int = 512,
-        batch_size: int = 8, dtype: str = "float32", instruction: str = INSTRUCTION,
+        batch_size: int = 8, dtype: str = "float32", instruction: str = INSTRUCTION, engine: str = "vllm",
     ) -> None:
         super().__init__()
         if kind not in KINDS:
@@ -60,15 +60,15 @@ class RecompAbstractive(Compressor):
         self.model, self.kind, self.dtype = model, kind, dtype
         self.max_input_tokens, self.max_new_tokens = max_input_tokens, max_new_tokens
         self.batch_size = batch_size
-        self.instruction = instruction
+        self.instruction, self.engine = instruction, engine
         self._lm: Any = None
 
     def bind(self, env: MethodEnv) -> None:
         super().bind(env)
         if self.kind == "causal-lm":
-            from methods._lm import BatchedLM, load_causal_lm
+            from harness.lm import get_lm
 
-            self._lm = BatchedLM(*load_causal_lm(self.model, self.dtype), batch_size=self.batch_size)
+            self._lm = get_lm(self.model, engine=self.engine, dtype=self.dtype, batch_size=self.batch_size)
         else:
             self._lm = resources.shared(("seq2seq_lm", self.model, self.dtype), self._load_seq2seq)
 
@@ -76,12 +76,12 @@ class RecompAbstractive(Compressor):
         import torch
         from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
+        from harness.lm.hardware import has_cuda
         from harness.models import resolve
-        from methods._lm import default_device
 
         path = resolve(self.model).path
         model = AutoModelForSeq2SeqLM.from_pretrained(path, dtype=getattr(torch, self.dtype))
-        return model.to(default_device()).eval(), AutoTokenizer.from_pretrained(path)
+        return model.to("cuda" if has_cuda() else "cpu").eval(), AutoTokenizer.from_pretrained(path)
 
     def _summaries_seq2seq(self, inputs: list[str]) -> list[tuple[str, int]]:
         import torch
@@ -111,7 +111,7 @@ class RecompAbstractive(Compressor):
                 text = lm.tokenizer.decode(ids[: self.max_input_tokens])
             msgs = [{"role": "system", "content": self.instruction}, {"role": "user", "content": text}]
             prompts.append(lm.encode_chat(msgs))
-        return [(o.text, o.tokens) for o in lm.generate(prompts, self.max_new_tokens)]
+        return [(o.text, len(o.token_ids)) for o in lm.generate(prompts, self.max_new_tokens)]
 
     def compress_batch(self, examples: Sequence[Example]) -> list[Compressed]:
         todo = [i for i, e in enumerate(examples) if e.passages]
@@ -137,4 +137,5 @@ class RecompAbstractive(Compressor):
                 "model": resolve(self.model).describe(), "input_format": TEMPLATE,
                 "instruction": self.instruction if self.kind == "causal-lm" else None,
                 "max_input_tokens": self.max_input_tokens, "max_new_tokens": self.max_new_tokens,
-                "decoding": "greedy", "batch_size": self.batch_size}
+                "decoding": "greedy", "batch_size": self.batch_size,
+                "lm": self._lm.describe() if self.kind == "causal-lm" and self._lm else None}

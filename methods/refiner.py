@@ -77,27 +77,28 @@ class Refiner(Compressor):
 
     def __init__(
         self, model: str, adapter: str | None = None, prompt: str = "monitor", max_new_tokens: int = 2048,
-        batch_size: int = 8, dtype: str = "float32", n_contexts: int = 2,
+        batch_size: int = 8, dtype: str = "auto", n_contexts: int = 2, engine: str = "vllm",
     ) -> None:
         super().__init__()
         if prompt not in PROMPTS:
             raise ValueError(f"prompt={prompt!r}; valid: {', '.join(PROMPTS)}")
         self.model, self.adapter, self.prompt, self.dtype = model, adapter, prompt, dtype
         self.max_new_tokens, self.batch_size, self.n_contexts = max_new_tokens, batch_size, n_contexts
+        self.engine = engine
         self._lm: Any = None
 
     def bind(self, env: MethodEnv) -> None:
         super().bind(env)
-        from methods._lm import BatchedLM, load_causal_lm
+        from harness.lm import get_lm
 
-        model, tok = load_causal_lm(self.model, self.dtype, self.adapter)
-        self._lm = BatchedLM(model, tok, batch_size=self.batch_size)
+        self._lm = get_lm(self.model, engine=self.engine, dtype=self.dtype, adapter=self.adapter,
+                          batch_size=self.batch_size)
 
     def encode(self, example: Example) -> list[int]:
         """The prompt token ids for one example."""
         context = refiner_context(example.passages, self.n_contexts)
         if self.prompt == "monitor":
-            return self._lm.encode_raw(MONITOR_TEMPLATE.format(context=context, question=example.question))
+            return self._lm.encode(MONITOR_TEMPLATE.format(context=context, question=example.question))
         return self._lm.encode_chat([
             {"role": "system", "content": TEACHER_SYSTEM},
             {"role": "user", "content": TEACHER_USER.format(question=example.question, context=context)},
@@ -114,7 +115,7 @@ class Refiner(Compressor):
             text = o.text if o else ""
             result.append(Compressed(documents=[text] if text else [], units=None, meta={
                 "requested": {"max_new_tokens": self.max_new_tokens, "prompt": self.prompt},
-                "output_tokens": o.tokens if o else 0, "hit_limit": bool(o and o.hit_limit)}))
+                "output_tokens": len(o.token_ids) if o else 0, "hit_limit": bool(o and o.hit_limit)}))
         return result
 
     def compress(self, example: Example) -> Compressed:
@@ -126,5 +127,5 @@ class Refiner(Compressor):
         return {"name": self.name, "model": resolve(self.model).describe(),
                 "adapter": resolve(self.adapter).describe() if self.adapter else None, "prompt": self.prompt,
                 "template": MONITOR_TEMPLATE if self.prompt == "monitor" else TEACHER_USER,
-                "max_new_tokens": self.max_new_tokens, "decoding": "greedy", "dtype": self.dtype,
-                "batch_size": self.batch_size, "n_contexts": self.n_contexts}
+                "max_new_tokens": self.max_new_tokens, "decoding": "greedy", "batch_size": self.batch_size,
+                "n_contexts": self.n_contexts, "lm": self._lm.describe() if self._lm else None}

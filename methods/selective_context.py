@@ -10,7 +10,7 @@ the ``reduce_ratio`` percentile are dropped (``numpy.nanpercentile``, as in the 
 a fraction of units, not of tokens. Kept text stays in original order.
 
 Defaults: ``reduce_ratio`` 0.5 and ``unit: phrase``, FlashRAG's setting (CompSelect Table 2: CR 2.6x on NQ).
-Paper profile: GPT-2 (``gpt2``); embedded: SmolLM2-135M-Instruct (the shared instance). On the embedded
+Paper profile: GPT-2 (``gpt2``, on the transformers engine); embedded: SmolLM2-135M-Instruct (vLLM). On the embedded
 profile 0.5 gives CR 1.7x on NQ and 0.68 gives 2.6x (``conf/method/selective_context*.yaml``).
 
 Departures, and why:
@@ -23,8 +23,8 @@ Departures, and why:
   same sentences. A passage's title is scored and pruned like a sentence (FlashRAG compresses
   ``Doc i(Title: ...) text``); kept text is shown per passage, a kept title on its own line; a passage with
   nothing kept is left out.
-- Batched: all sentences of a batch of examples go through the LM together (right-padded, packed up to
-  ``batch_tokens`` tokens a pass); the original scores one sentence per call. A sentence longer than the
+- Batched: all sentences of a batch of examples go through the model layer together (``harness.lm``: vLLM by
+  default, or padded transformers batches); the original scores one sentence per call. A sentence longer than the
   model's context is scored in windows, each after its own start token (the original truncates at 1024).
 - ``Compressed.units`` names the kept sentences at ``unit: sentence``; sub-sentence pruning sets ``None``.
 """
@@ -38,7 +38,6 @@ from typing import Any
 
 import numpy as np
 
-from harness import resources
 from harness.protocols import Compressor, MethodEnv
 from harness.text import split_sentences
 from harness.types import Compressed, Example, Unit
@@ -154,10 +153,10 @@ class SelectiveContext(Compressor):
         reduce_ratio: float = 0.5,
         unit: str = "phrase",
         start_marker: str | None = "<|endoftext|>",
-        batch_tokens: int = 1024,
         max_length: int | None = None,
-        dtype: str = "float32",
+        dtype: str = "auto",
         device: str = "auto",
+        engine: str = "vllm",
     ) -> None:
         super().__init__()
         if unit not in UNITS:
@@ -170,24 +169,20 @@ class SelectiveContext(Compressor):
             unit,
             start_marker,
         )
-        self.batch_tokens, self.max_length, self.dtype, self.device = batch_tokens, max_length, dtype, device
-        self.model: Any = None
+        self.max_length, self.dtype, self.device = max_length, dtype, device
+        self.engine = engine
+        self.lm: Any = None
         self.tokenizer: Any = None
 
     def bind(self, env: MethodEnv) -> None:
         super().bind(env)
-        device = self.device
-        if device == "auto":
-            import torch
+        from transformers import AutoConfig
 
-            device = "cuda" if torch.cuda.is_available() else "cpu"
-        if device == "cpu":
-            self.model, self.tokenizer = resources.causal_lm(self.model_ref, self.dtype)
-        else:
-            self.model, self.tokenizer = resources.shared(
-                ("causal_lm", self.model_ref, self.dtype, device), lambda: self._load(device)
-            )
-        tok = self.tokenizer
+        from harness.lm import get_lm
+        from harness.models import resolve
+
+        self.lm = get_lm(self.model_ref, engine=self.engine, dtype=self.dtype, device=self.device)
+        tok = self.tokenizer = self.lm.tokenizer
         if self.start_marker is not None:
             ids = tok.convert_tokens_to_ids(self.start_marker)
             if ids is None or tok.convert_ids_to_tokens(ids) != self.start_marker:
@@ -195,25 +190,13 @@ class SelectiveContext(Compressor):
             self.start_id = int(ids)
         else:
             self.start_id = tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id
-        cfg = self.model.config
+        cfg = AutoConfig.from_pretrained(resolve(self.model_ref).path)
         limit = getattr(cfg, "n_positions", None) or getattr(cfg, "max_position_embeddings", None) or 1024
         self.window = min(limit, self.max_length or limit) - 1
 
-    def _load(self, device: str):
-        import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        from harness.models import resolve
-
-        path = resolve(self.model_ref).path
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, self.dtype), device_map=device)
-        return model.eval(), AutoTokenizer.from_pretrained(path)
-
     def self_information(self, texts: Sequence[str]) -> list[tuple[list[tuple[int, int]], list[float]]]:
-        """(token character offsets, self-information in nats) of every text, in batched forward passes."""
-        import torch
-
-        if self.model is None:
+        """(token character offsets, self-information in nats) of every text, batched by the model layer."""
+        if self.lm is None:
             raise RuntimeError("SelectiveContext was not bound to a run (call bind(MethodEnv(...)))")
         enc = [self.tokenizer(t, add_special_tokens=False, return_offsets_mapping=True) for t in texts]
         rows = [
@@ -222,29 +205,9 @@ class SelectiveContext(Compressor):
             for s in range(0, len(e["input_ids"]), self.window)
         ]
         infos: list[list[float]] = [[0.0] * len(e["input_ids"]) for e in enc]
-        order = sorted(range(len(rows)), key=lambda r: len(rows[r][2]))
-        device = next(self.model.parameters()).device
-        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        start = 0
-        while start < len(order):
-            end = start + 1
-            while end < len(order) and (end + 1 - start) * len(rows[order[end]][2]) <= self.batch_tokens:
-                end += 1
-            batch = [rows[r] for r in order[start:end]]
-            width = max(len(r[2]) for r in batch)
-            ids = torch.full((len(batch), width), pad, dtype=torch.long)
-            mask = torch.zeros((len(batch), width), dtype=torch.long)
-            for b, (_, _, row) in enumerate(batch):
-                ids[b, : len(row)] = torch.tensor(row)
-                mask[b, : len(row)] = 1
-            with torch.inference_mode():
-                logits = self.model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits[:, :-1].float()
-                nll = torch.nn.functional.cross_entropy(
-                    logits.transpose(1, 2), ids[:, 1:].to(device), reduction="none"
-                ).cpu()
-            for b, (i, s, row) in enumerate(batch):
-                infos[i][s : s + len(row) - 1] = nll[b, : len(row) - 1].tolist()
-            start = end
+        scored = self.lm.prompt_logprobs([r[2] for r in rows]) if rows else []
+        for (i, s, row), lp in zip(rows, scored, strict=True):
+            infos[i][s : s + len(row) - 1] = [-x for x in lp.value]
         return [([tuple(o) for o in e["offset_mapping"]], inf) for e, inf in zip(enc, infos, strict=True)]
 
     def _units(self, text: str, offsets: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -317,5 +280,5 @@ class SelectiveContext(Compressor):
             "reduce_ratio": self.reduce_ratio,
             "unit": self.unit,
             "start_marker": self.start_marker,
-            "dtype": self.dtype,
+            "lm": self.lm.describe() if self.lm else None,
         }

@@ -15,7 +15,7 @@ import pytest
 from harness.types import Example, Passage, Unit
 from methods.edc2 import EDC2
 from methods.edc2.cluster import dynamic_clusters
-from methods.edc2.llm import OpenAICompatibleLLM, TransformersLLM
+from methods.edc2.llm import LocalLLM, OpenAICompatibleLLM
 from methods.edc2.prompts import COMPRESS, compress_prompt, keep_summary
 
 Q = np.array([1.0, 0.0, 0.0])
@@ -80,7 +80,7 @@ def test_prompt_is_the_papers_verbatim_with_numbered_documents():
 
 
 def test_edc2_end_to_end_on_embedded_models(env, nq5):
-    llm = TransformersLLM("embedded:smollm2-135m-instruct", max_new_tokens=24)
+    llm = LocalLLM("embedded:smollm2-135m-instruct", engine="vllm", dtype="float32", max_new_tokens=24)
     m = EDC2(llm, "embedded:all-minilm-l6-v2")
     m.bind(env)
     comps = m.compress_batch(nq5[:2])

@@ -87,9 +87,11 @@ def test_recomp_input_format():
 
 
 def test_prompted_stand_in_is_batched_and_shares_the_generator(env, generator, nq5):
-    method = RecompAbstractive(LM, kind="causal-lm", max_new_tokens=6, batch_size=4)
+    from harness.lm import get_lm
+
+    method = RecompAbstractive(LM, kind="causal-lm", max_new_tokens=6, batch_size=4)  # vLLM fp32, as test_lm's
     method.bind(env)
-    assert method._lm.model is generator.model  # one SmolLM2 instance per process
+    assert method._lm is get_lm(LM, dtype="float32")  # one SmolLM2 engine per process
     a, b = (replace(e, passages=e.passages[:1]) for e in nq5[:2])  # one passage each: short prompts, fast
     assert method._lm.count(recomp_input(a)) != method._lm.count(recomp_input(b))  # padding is exercised
     batch = [a, Example("empty", "who?", ("x",), ()), b]

@@ -44,7 +44,7 @@ def test_context_is_refiners_markdown():
 
 @pytest.fixture(scope="module")
 def teacher(env):
-    method = Refiner(LM, prompt="teacher", max_new_tokens=6, batch_size=4)
+    method = Refiner(LM, prompt="teacher", max_new_tokens=6, batch_size=4, dtype="float32")  # vLLM, as test_lm's
     method.bind(env)
     return method
 
@@ -61,8 +61,10 @@ def test_prompts(teacher, nq5):
     assert TEACHER_SYSTEM not in raw
 
 
-def test_batched_extraction_shares_the_generator(teacher, generator, nq5):
-    assert teacher._lm.model is generator.model
+def test_batched_extraction_shares_the_generator(teacher, nq5):
+    from harness.lm import get_lm
+
+    assert teacher._lm is get_lm(LM, dtype="float32")  # one SmolLM2 engine per process
     a, b = (replace(e, passages=e.passages[:1]) for e in (nq5[0], nq5[2]))  # short prompts, fast
     batch = [a, Example("empty", "who?", ("x",), ()), b]
     out = teacher.compress_batch(batch)
@@ -96,11 +98,15 @@ def test_lora_path_on_a_tiny_llama(env, nq5, tmp_path):
             torch.nn.init.normal_(p)  # a trained-looking (non-zero) adapter
     lora.save_pretrained(tmp_path / "adapter")
 
-    method = Refiner(str(base), adapter=str(tmp_path / "adapter"), prompt="monitor", max_new_tokens=3)
+    method = Refiner(str(base), adapter=str(tmp_path / "adapter"), prompt="monitor", max_new_tokens=3,
+                     engine="transformers", dtype="float32")
     method.bind(env)
-    assert isinstance(method._lm.model, PeftModel)
+    merged = method._lm.engine.model  # the adapter merged into derived weights (what vLLM would serve)
     shared = resources.causal_lm(str(base))[0]
+    assert merged is not shared and not isinstance(merged, PeftModel)
     assert not any("lora" in n for n, _ in shared.named_parameters())  # the shared base is never wrapped
+    q = "model.layers.0.self_attn.q_proj.weight"
+    assert not torch.equal(merged.state_dict()[q], shared.state_dict()[q])
     out = method.compress_batch(list(nq5[:2]))
     assert all(c.meta["output_tokens"] <= 3 for c in out)
     assert method.describe()["adapter"]["source"] == "local"

@@ -76,13 +76,13 @@ def two(nq5):
 
 
 def _bound(env, **kw) -> SelectiveContext:
-    sc = SelectiveContext(LM, device="cpu", **kw)
+    sc = SelectiveContext(LM, device="cpu", dtype="float32", **kw)  # vLLM, the engine test_lm.py starts too
     sc.bind(env)
     return sc
 
 
 def test_batched_self_information_equals_one_text_at_a_time(env):
-    sc = _bound(env, batch_tokens=4096)
+    sc = _bound(env)
     texts = ["Paris is the capital of France.", "Paris is the capital of Banana.", "Hi."]
     batched = sc.self_information(texts)
     for text, (offsets, infos) in zip(texts, batched, strict=True):
@@ -148,7 +148,8 @@ def test_gpt2_path_with_a_tiny_random_model(env, tmp_path, two):
     cfg = GPT2Config(n_layer=2, n_head=2, n_embd=32, n_positions=24, vocab_size=len(tok))
     GPT2LMHeadModel(cfg).save_pretrained(tmp_path)
     tok.save_pretrained(tmp_path)
-    sc = SelectiveContext(str(tmp_path), reduce_ratio=0.5, unit="sentence", start_marker="<|endoftext|>", device="cpu")
+    sc = SelectiveContext(str(tmp_path), reduce_ratio=0.5, unit="sentence", start_marker="<|endoftext|>", device="cpu",
+                          engine="transformers", dtype="float32")
     sc.bind(env)
     assert sc.window == 23
     comp = sc.compress(two[0])

@@ -46,7 +46,7 @@ class VLLMEngine:
         self,
         path: str,
         dtype: str,
-        max_model_len: int = 8192,
+        max_model_len: int | None = None,
         threads: int | None = None,
         seed: int = 0,
         trust_remote_code: bool = False,

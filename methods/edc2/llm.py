@@ -1,7 +1,7 @@
 """The compressor LLM of EDC²-RAG: one chat turn per cluster, greedy (the paper: temperature 0).
 
-- ``TransformersLLM``: a Hugging Face causal LM from ``harness.resources.causal_lm`` (the same instance as the
-  generator when the refs match), batched greedy decoding with left padding, prompts sorted by length.
+- ``LocalLLM``: a causal LM through the model layer (``harness.lm.get_lm``: the same engine as the generator
+  when the refs match), batched greedy decoding.
 - ``OpenAICompatibleLLM``: ``POST {base_url}/chat/completions`` (OpenAI, or a vLLM/llama.cpp server running
   the generator's model), requests in parallel threads. The API key is read from the environment variable
   named by ``api_key_env`` at call time and never stored on the object or written to records.
@@ -18,53 +18,39 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 
-class TransformersLLM:
-    backend = "transformers"
+class LocalLLM:
+    """The compressor LLM in this process, through the model layer (``harness.lm``: vLLM by default, one chat
+    turn per prompt, greedy, the call cache)."""
 
-    def __init__(self, model: str, dtype: str = "float32", max_new_tokens: int = 256, batch_size: int = 8,
-                 trust_remote_code: bool = False) -> None:
-        self.model_ref, self.dtype = model, dtype
+    def __init__(self, model: str, engine: str = "vllm", dtype: str = "auto", max_new_tokens: int = 256,
+                 batch_size: int = 8, trust_remote_code: bool = False) -> None:
+        self.model_ref, self.engine, self.dtype = model, engine, dtype
         self.max_new_tokens, self.batch_size = max_new_tokens, batch_size
         self.trust_remote_code = trust_remote_code
-        self.model = self.tokenizer = None
+        self.lm: Any = None
+
+    @property
+    def backend(self) -> str:
+        return self.engine
 
     def load(self) -> None:
-        from harness import resources
+        from harness.lm import get_lm
 
-        self.model, self.tokenizer = resources.causal_lm(self.model_ref, self.dtype, self.trust_remote_code)
+        self.lm = get_lm(self.model_ref, engine=self.engine, dtype=self.dtype, batch_size=self.batch_size,
+                         trust_remote_code=self.trust_remote_code)
 
     def complete(self, prompts: Sequence[str]) -> list[str]:
-        import torch
-
-        if self.model is None:
+        if self.lm is None:
             self.load()
-        tok = self.tokenizer
-        enc = [tok.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True,
-                                       tokenize=True, return_dict=True)["input_ids"] for p in prompts]
-        order = sorted(range(len(enc)), key=lambda i: len(enc[i]))
-        out = [""] * len(enc)
-        pad = tok.pad_token_id
-        for s in range(0, len(order), self.batch_size):
-            idx = order[s : s + self.batch_size]
-            width = max(len(enc[i]) for i in idx)
-            ids = torch.full((len(idx), width), pad, dtype=torch.long)
-            att = torch.zeros((len(idx), width), dtype=torch.long)
-            for row, i in enumerate(idx):
-                ids[row, width - len(enc[i]) :] = torch.tensor(enc[i])
-                att[row, width - len(enc[i]) :] = 1
-            with torch.inference_mode():
-                gen = self.model.generate(input_ids=ids, attention_mask=att,
-                                          max_new_tokens=self.max_new_tokens, do_sample=False, num_beams=1,
-                                          pad_token_id=pad, eos_token_id=tok.eos_token_id)
-            for row, i in enumerate(idx):
-                out[i] = tok.decode(gen[row, width:], skip_special_tokens=True).strip()
-        return out
+        outs = self.lm.generate([[{"role": "user", "content": p}] for p in prompts], self.max_new_tokens)
+        return [o.text for o in outs]
 
     def describe(self) -> dict[str, Any]:
         from harness.models import resolve
 
-        return {"backend": self.backend, "model": resolve(self.model_ref).describe(), "dtype": self.dtype,
-                "max_new_tokens": self.max_new_tokens, "greedy": True}
+        return {"backend": self.backend, "model": resolve(self.model_ref).describe(),
+                "lm": self.lm.describe() if self.lm else None, "max_new_tokens": self.max_new_tokens,
+                "greedy": True}
 
 
 class OpenAICompatibleLLM:
