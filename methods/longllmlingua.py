@@ -13,9 +13,10 @@ CompSelect (Table 2) reports CR 4.56x on NQ without a rate; ``rate: 0.12`` repro
 profile (``conf/method/longllmlingua.yaml`` has the figures). FlashRAG uses 0.55 (``longllmlingua_rate0.55``).
 
 Models: the paper profile scores with Llama-2-7B (``NousResearch/Llama-2-7b-hf``, the package's default);
-the embedded one with SmolLM2-135M-Instruct. The scorer is the process-wide shared instance (on CPU
-``harness.resources.causal_lm``, i.e. the generator's copy when it is the same model): the package's
-``load_model`` is overridden to attach it instead of loading a second copy. The package gets its own tokenizer
+the embedded one with SmolLM2-135M-Instruct. The scorer is the process-wide torch model of the model layer's
+loader (``harness.lm.loading.load_hf``; the transformers engine, because the package runs its own forward
+passes with a KV cache, so no vLLM scorer can be supplied): the package's ``load_model`` is overridden to
+attach it instead of loading a second copy. The package gets its own tokenizer
 instance from the same folder, because it sets left padding on it.
 
 Departures from the package's defaults, and why:
@@ -98,27 +99,11 @@ def resolve_device(device: str) -> str:
 
 
 def shared_lm(ref: str, dtype: str, device: str, trust_remote_code: bool = False):
-    """(model, tokenizer), one per process: on CPU ``harness.resources.causal_lm`` (the generator's instance);
-    on an accelerator a copy registered in the same registry with the device in its key."""
-    if device == "cpu":
-        return resources.causal_lm(ref, dtype, trust_remote_code)
+    """(model, tokenizer) from the model layer's one loader (``harness.lm.loading.load_hf``): llmlingua runs
+    its own forward passes with ``past_key_values``, so it needs the torch model (transformers engine)."""
+    from harness.lm.loading import load_hf
 
-    def build():
-        import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        from harness.models import resolve
-
-        path = resolve(ref).path
-        tok = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
-        model = AutoModelForCausalLM.from_pretrained(
-            path, dtype=getattr(torch, dtype), device_map=device, trust_remote_code=trust_remote_code
-        ).eval()
-        if tok.pad_token is None:
-            tok.pad_token = tok.eos_token
-        return model, tok
-
-    return resources.shared(("causal_lm", ref, dtype, device), build)
+    return load_hf(ref, dtype, device, trust_remote_code)
 
 
 def build_prompt_compressor(ref: str, dtype: str, device: str, trust_remote_code: bool = False):

@@ -91,7 +91,8 @@ def test_prefix_cached_scorer_gives_the_generators_values(generator, nq5):
                 answers.append(a)
     want = generator.answer_nll(prompts, answers)
     got = PrefixCachedScorer(generator).answer_nll(prompts, answers)
-    assert got == pytest.approx(want, abs=1e-4)
+    # fp32 arithmetic in another order (padded batch with per-row RoPE positions vs one sequence): ~1e-4
+    assert got == pytest.approx(want, abs=3e-4)
     assert len(set(want)) > len(want) // 2  # the prompts really differ
 
 

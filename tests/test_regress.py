@@ -82,7 +82,7 @@ def test_real_small_grid_update_then_rerun_passes_and_a_better_baseline_fails(tm
         "methods": ["naive", "bm25"],
         "datasets": ["nq"],
         "limit": 3,
-        "overrides": ["batch_size=4", "+generator.threads=1"],
+        "overrides": ["batch_size=4", "generator.threads=1"],
     }
     (tmp_path / "grid.yaml").write_text(yaml.safe_dump(grid))
     args = ["--grid", str(tmp_path / "grid.yaml"), "--baseline", str(tmp_path / "base")]

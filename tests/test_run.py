@@ -117,13 +117,18 @@ def test_folder_of_another_config_is_refused(tmp_path, generator):
     assert s["n"] == 2 and s["run"]["examples_computed"] == 1
 
 
-def test_folder_made_with_other_weights_is_refused(tmp_path, generator):
+def run_generator_info(folder: Path) -> dict:
+    return json.loads((folder / "summary.json").read_text())["generator_info"]
+
+
+def test_folder_made_with_other_weights_is_refused(tmp_path):
     """Same config, other weights (a re-trained adapter behind the same path): resuming would mix two models'
     records, so it is refused; a folder from before weights were stored takes them on the next run."""
     run(compose_cfg("method=naive", "dataset=nq", "limit=1"), tmp_path)
     run_file = tmp_path / "run.json"
     stored = json.loads(run_file.read_text())
-    assert stored["weights"] == [generator.describe()["model"]["sha256"]]
+    info = run_generator_info(tmp_path)
+    assert stored["weights"] == sorted([info["model"]["sha256"], f"engine {info['backend']} {info['dtype']}"])
     run_file.write_text(json.dumps({**stored, "weights": ["0" * 64]}))
     with pytest.raises(RunFolderMismatch, match="other model weights"):
         run(compose_cfg("method=naive", "dataset=nq", "limit=2"), tmp_path)

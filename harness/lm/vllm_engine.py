@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from harness.lm import hardware
@@ -37,6 +38,21 @@ def cpu_environment(threads: int | None) -> dict[str, str]:
     return env
 
 
+@contextmanager
+def scoped_environment(env: dict[str, str]):
+    """``env`` set in ``os.environ`` inside the block, the previous values restored after."""
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 class VLLMEngine:
     """vLLM's offline engine behind the model layer's three operations."""
 
@@ -53,23 +69,17 @@ class VLLMEngine:
         engine_kwargs: dict[str, Any] | None = None,
     ) -> None:
         self.settings: dict[str, Any] = {"dtype": dtype, "max_model_len": max_model_len}
-        if not hardware.has_cuda():
-            env = cpu_environment(threads)
-            os.environ.update(env)
+        env = {} if hardware.has_cuda() else cpu_environment(threads)
+        if env:
             self.settings["cpu"] = env
-        os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")  # noise off; VLLM_LOGGING_LEVEL=INFO shows it
-        from vllm import LLM
-
+        env.setdefault("VLLM_LOGGING_LEVEL", os.environ.get("VLLM_LOGGING_LEVEL", "ERROR"))  # INFO shows the noise
         kwargs = {"enforce_eager": not hardware.has_cuda(), "enable_prefix_caching": True, **(engine_kwargs or {})}
         self.settings["engine_kwargs"] = kwargs
-        self.llm = LLM(
-            model=path,
-            dtype=dtype,
-            max_model_len=max_model_len,
-            seed=seed,
-            trust_remote_code=trust_remote_code,
-            **kwargs,
-        )
+        with scoped_environment(env):  # the engine's processes inherit it; this process keeps its own
+            from vllm import LLM
+
+            self.llm = LLM(model=path, dtype=dtype, max_model_len=max_model_len, seed=seed,
+                           trust_remote_code=trust_remote_code, **kwargs)
 
     def _run(self, prompts: Sequence[list[int]], params: Any) -> list[Any]:
         from vllm import TokensPrompt

@@ -102,6 +102,8 @@ class LoraLM:
             ]
         )
 
+    encode_chat = encode  # the model layer's name (``harness.lm.LM.encode_chat``)
+
     def count(self, text: str) -> int:
         return len(self.tokenizer(text, add_special_tokens=False)["input_ids"]) if text else 0
 

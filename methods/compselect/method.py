@@ -8,13 +8,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from harness.models import cache_dir
+from harness.lm.cache import REPLAYS
 from harness.protocols import Compressor, Messages, MethodEnv
 from harness.text import passage_sentences, rank_desc
 from harness.types import Compressed, Example, Unit
-from methods.compselect.cache import CallCache, machine_fingerprint
 from methods.compselect.cascade import cascade
-from methods.compselect.lora_lm import LoraLM, shared_lora_lm
 from methods.compselect.parsing import DEFAULT_THRESHOLD, Clue, map_clues, parse_truncation
 from methods.compselect.prompts import OUTPUTS, extractor_messages, truncator_messages
 
@@ -32,7 +30,7 @@ class ExtractorInput:
     shown: int
 
 
-def extractor_input(lm: LoraLM, example: Example, max_input_tokens: int | None) -> ExtractorInput:
+def extractor_input(lm: Any, example: Example, max_input_tokens: int | None) -> ExtractorInput:
     """The Table 9 prompt over the sentences of the example's passages, dropping trailing sentences (last
     passage first) until the chat-formatted prompt fits ``max_input_tokens`` (the authors truncate the input
     at 2048)."""
@@ -52,14 +50,14 @@ def extractor_input(lm: LoraLM, example: Example, max_input_tokens: int | None) 
     shown = len(flat)
     messages = build(shown)
     if max_input_tokens:
-        total = len(lm.encode(messages))
+        total = len(lm.encode_chat(messages))
         while total > max_input_tokens and shown > 0:
             over = total - max_input_tokens
             while over > 0 and shown > 0:  # drop about enough sentences, then re-measure
                 shown -= 1
                 over -= lm.count(flat[shown]) + 1
             messages = build(shown)
-            total = len(lm.encode(messages))
+            total = len(lm.encode_chat(messages))
     return ExtractorInput(messages, units, flat, shown)
 
 
@@ -74,13 +72,11 @@ class CompSelect(Compressor):
     (K uniform in [0, n], seeded per example). ``truncator_output``: ``text`` (CompSelect) or ``index``
     (FineFilter's K).
 
-    ``extractor_cache`` (on unless set false): the extractor's outputs are kept in
-    ``<cache_dir>/compselect/inference_extractor_calls.jsonl``, keyed by the LM, the adapter's weights hash,
-    the decoding settings, this machine and its thread count, and the prompt; the ablations that share an
-    extractor (no reranker, no truncator, random truncation) then run it once. A replayed output brings the
-    seconds it was measured at (``Compressed.replayed_s``, added to the run's compression time) and is flagged
-    ``extract_cached`` in the record. A cached output was computed in the batch it first came in, so it may
-    differ from a fresh batch's in the last float bits (padding), never in the prompt.
+    The LM calls go through the model layer (``harness.lm``: vLLM by default, each adapter merged into derived
+    weights, every call in the shared call cache): the ablations that share an extractor (no reranker, no
+    truncator, random truncation) run it once. A replayed output brings the seconds it was measured at (the
+    runner adds them to the compression time, and the ``extract`` stage time here includes them); the record
+    flags ``extract_cached``.
     """
 
     name = "compselect"
@@ -98,11 +94,11 @@ class CompSelect(Compressor):
         truncator_max_new_tokens: int = 256,
         match_threshold: float = DEFAULT_THRESHOLD,
         lm_batch_size: int = 8,
-        dtype: str = "float32",
+        dtype: str = "auto",
         device: str = "cpu",
         seed: int = 0,
         trust_remote_code: bool = False,
-        extractor_cache: bool = True,
+        engine: str = "vllm",
     ) -> None:
         super().__init__()
         if truncation not in TRUNCATIONS:
@@ -119,57 +115,46 @@ class CompSelect(Compressor):
             truncator_max_new_tokens,
         )
         self.lm_batch_size, self.dtype, self.device, self.seed = lm_batch_size, dtype, device, seed
-        self.trust_remote_code, self.extractor_cache = trust_remote_code, extractor_cache
-        self.lm: LoraLM | None = None
-        self._cache: CallCache | None = None
+        self.trust_remote_code, self.engine = trust_remote_code, engine
+        self.lms: dict[str | None, Any] = {}
 
     def bind(self, env: MethodEnv) -> None:
         super().bind(env)
-        adapters = {"extractor": self.extractor}
+        from pathlib import Path
+
+        from harness.lm import get_lm
+
+        adapters: dict[str | None, str | None] = {None: None, "extractor": self.extractor}
         if self.truncation == "adaptive":
             adapters["truncator"] = self.truncator
-        self.lm = shared_lora_lm(self.lm_ref, adapters, self.dtype, self.device, self.trust_remote_code)
+        for name, path in adapters.items():
+            if path and not (Path(path) / "adapter_config.json").is_file():
+                raise FileNotFoundError(
+                    f"LoRA adapter {name!r} not found at {path}: train it with `python -m methods.compselect.train`"
+                )
+            self.lms[name] = get_lm(self.lm_ref, engine=self.engine, dtype=self.dtype, adapter=path,
+                                    device=self.device, batch_size=self.lm_batch_size,
+                                    trust_remote_code=self.trust_remote_code)
         if self.reranker is not None and hasattr(self.reranker, "load"):
             self.reranker.load()
-        if self.extractor_cache:
-            info = self.lm.describe()  # hashes each adapter file once
-            self._cache = CallCache(
-                cache_dir() / "compselect" / "inference_extractor_calls.jsonl",
-                {
-                    "lm": info["lm"],
-                    "dtype": self.dtype,
-                    "device": self.device,
-                    "adapter": info["adapters"].get("extractor", {}).get("sha256"),
-                    "max_new_tokens": self.extractor_max_new_tokens,
-                    "batch_size": self.lm_batch_size,
-                    "machine": machine_fingerprint(),
-                },
-            )
+
+    @property
+    def lm(self) -> Any:
+        """The base LM (tokenisation and budgets)."""
+        return self.lms.get(None)
 
     # -- stages ----------------------------------------------------------------------------------------------
-    def _generate_clues(self, prompts: list[Messages]) -> tuple[list[str], list[float]]:
-        """The extractor's raw outputs and, per prompt, the seconds replayed from the cache (0: computed
-        now)."""
-        assert self.lm is not None, "bind() first"
-        adapter = "extractor" if self.extractor else None
-
-        def compute(ps: list[Messages]) -> list[dict[str, Any]]:
-            t = time.perf_counter()
-            outs = self.lm.generate(ps, adapter, self.extractor_max_new_tokens, self.lm_batch_size)
-            each = (time.perf_counter() - t) / max(len(ps), 1)
-            return [{"text": o, "seconds": each} for o in outs]
-
-        if self._cache is None:
-            return [r["text"] for r in compute(prompts)], [0.0] * len(prompts)
-        cached = [self._cache.has(p) for p in prompts]
-        rows = self._cache.get(prompts, compute)
-        return [r["text"] for r in rows], [r["seconds"] if c else 0.0 for r, c in zip(rows, cached, strict=True)]
+    def _generate_clues(self, prompts: list[Messages]) -> tuple[list[str], list[bool]]:
+        """The extractor's raw outputs and, per prompt, whether the call cache answered it."""
+        assert self.lms, "bind() first"
+        outs = self.lms["extractor" if self.extractor else None].generate(prompts, self.extractor_max_new_tokens)
+        return [o.text for o in outs], [o.replayed for o in outs]
 
     def extract(
         self, examples: Sequence[Example]
-    ) -> tuple[list[ExtractorInput], list[list[Clue]], list[list[str]], list[float]]:
+    ) -> tuple[list[ExtractorInput], list[list[Clue]], list[list[str]], list[bool]]:
         """Stage 1: generate clue lines and map them to source sentences (clue.source indexes
-        ``inputs[i].units``); last, the seconds replayed from the extractor cache per example."""
+        ``inputs[i].units``); last, whether each example's extraction was replayed from the call cache."""
         assert self.lm is not None, "bind() first"
         inputs = [extractor_input(self.lm, e, self.max_input_tokens) for e in examples]
         outs, replayed = self._generate_clues([x.messages for x in inputs])
@@ -193,14 +178,10 @@ class CompSelect(Compressor):
             return [
                 random.Random(f"{self.seed}:{e.id}").randint(0, len(r)) for e, r in zip(examples, ranked, strict=True)
             ], [None] * len(ranked)
-        assert self.lm is not None
+        assert self.lms, "bind() first"
         todo = [i for i, r in enumerate(ranked) if r]
-        outs = self.lm.generate(
-            [truncator_messages(examples[i].question, [c.text for c in ranked[i]]) for i in todo],
-            "truncator",
-            self.truncator_max_new_tokens,
-            self.lm_batch_size,
-        )
+        prompts = [truncator_messages(examples[i].question, [c.text for c in ranked[i]]) for i in todo]
+        outs = [o.text for o in self.lms["truncator"].generate(prompts, self.truncator_max_new_tokens)]
         ks, raw = [0] * len(ranked), [None] * len(ranked)
         for i, o in zip(todo, outs, strict=True):
             raw[i] = o
@@ -213,21 +194,28 @@ class CompSelect(Compressor):
 
     def compress_batch(self, examples: Sequence[Example]) -> list[Compressed]:
         n = max(len(examples), 1)
+        r0 = REPLAYS.seconds
         t0 = time.perf_counter()
         inputs, clues, dropped, replayed = self.extract(examples)
         t1 = time.perf_counter()
+        extract_replayed = REPLAYS.seconds - r0  # measured when first computed; the runner adds them too
         reranked = [self.rerank(e.question, c) for e, c in zip(examples, clues, strict=True)]
         t2 = time.perf_counter()
+        r2 = REPLAYS.seconds
         ks, raw = self.truncate(examples, [r[0] for r in reranked])
         t3 = time.perf_counter()
-        timings = {"extract": (t1 - t0) / n, "rerank": (t2 - t1) / n, "truncate": (t3 - t2) / n}
+        truncate_replayed = REPLAYS.seconds - r2
+        timings = {
+            "extract": (t1 - t0 + extract_replayed) / n,
+            "rerank": (t2 - t1) / n,
+            "truncate": (t3 - t2 + truncate_replayed) / n,
+        }
         results = []
-        for e, x, c, d, (r, scores), k, o, rs in zip(
+        for e, x, c, d, (r, scores), k, o, cached in zip(
             examples, inputs, clues, dropped, reranked, ks, raw, replayed, strict=True
         ):
-            comp = self._result(e, x, c, d, r, scores, k, o, {**timings, "extract": timings["extract"] + rs})
-            if rs:
-                comp.replayed_s = rs
+            comp = self._result(e, x, c, d, r, scores, k, o, timings)
+            if cached:
                 comp.meta["extract_cached"] = True
             results.append(comp)
         return results
@@ -300,6 +288,8 @@ class CompSelect(Compressor):
             "seed": self.seed,
             "reranker": None if self.reranker is None else self.reranker.describe(),
         }
-        if self.lm is not None:
-            info.update(self.lm.describe())
+        if self.lms:
+            info["lm"] = self.lm.describe()
+            info["adapters"] = {k: {"path": v.info["adapter"], "sha256": v.info["adapter_sha256"]}
+                                for k, v in self.lms.items() if k}
         return info
