@@ -23,6 +23,13 @@ def shared(key: tuple, factory: Callable[[], T]) -> T:
         return _REGISTRY[key]
 
 
+def drop(keep: Callable[[tuple, Any], bool]) -> list[Any]:
+    """Forget the instances for which ``keep(key, instance)`` is false and return them (to be closed)."""
+    with _LOCK:
+        gone = [k for k, v in _REGISTRY.items() if not keep(k, v)]
+        return [_REGISTRY.pop(k) for k in gone]
+
+
 def loaded() -> list[tuple]:
     """Keys of the instances alive in this process (used by tests and records)."""
     return list(_REGISTRY)

@@ -112,7 +112,7 @@ def process(
     for ex, comp, gen in zip(examples, comps, gens, strict=True):
         original = generator.count_tokens(render_documents([p.render() for p in ex.passages]))
         compressed = generator.count_tokens(render_documents(comp.documents))
-        cs = (t1 - t0 + r1[1] - r0[1]) / n + comp.replayed_s
+        cs = (t1 - t0 + r1[1] - r0[1]) / n
         gs = (t2 - t1 + r2[1] - r1[1]) / n
         row = _record(ex, comp, gen, original, compressed, cs, gs, n)
         if any(replayed.values()):

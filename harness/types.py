@@ -47,16 +47,12 @@ class Compressed:
     means closed-book generation. ``units`` name the kept passages or sentences when the method keeps
     units of the input (``None`` for abstractive methods). ``timings`` holds per-stage seconds for
     multi-stage methods; ``meta`` is free (requested rate, thresholds, intermediate outputs).
-    ``replayed_s``: seconds of this example's compression that a method took from a cache of its own
-    earlier work (measured then, on the same machine and thread count); the runner adds them to the measured
-    compression time, so a cache never makes a method look faster than it is.
     """
 
     documents: list[str]
     units: list[Unit] | None = None
     timings: dict[str, float] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)
-    replayed_s: float = 0.0
 
 
 @dataclass

@@ -22,6 +22,15 @@ def method_config(name: str):
         return compose("config", overrides=[f"method={name}", "models.lm_dtype=float32"]).method
 
 
+@pytest.fixture(scope="module", autouse=True)
+def release_adapter_engines():
+    """Each merged adapter is a vLLM engine of its own (weights + KV cache): stop them after this module."""
+    yield
+    from harness.lm import release
+
+    assert release(lambda lm: lm.info["adapter"] is not None) >= 2  # extractor and truncator(s)
+
+
 @pytest.fixture(scope="module")
 def compselect(env):
     m = build_method(method_config("compselect"))

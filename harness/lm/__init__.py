@@ -17,7 +17,7 @@ picks bf16 only where the hardware runs it natively (``harness.lm.hardware``).
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -133,6 +133,15 @@ class LM:
 
     def describe(self) -> dict[str, Any]:
         return {"ref": self.ref, **self.info}
+
+
+def release(which: Callable[[LM], bool] = lambda lm: True) -> int:
+    """Close and forget the process's LMs for which ``which(lm)`` holds (e.g. merged-adapter engines no longer
+    needed: each vLLM engine holds its weights and KV cache); returns how many were closed."""
+    gone = resources.drop(lambda key, obj: not (key[0] == "lm" and isinstance(obj, LM) and which(obj)))
+    for lm in gone:
+        lm.engine.close()
+    return len(gone)
 
 
 def _build(

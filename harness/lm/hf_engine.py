@@ -21,6 +21,9 @@ class TransformersEngine:
         self.batch_size, self.batch_tokens = batch_size, batch_tokens
         self.pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
 
+    def close(self) -> None:
+        """Nothing to stop: the torch model is freed with its last reference."""
+
     @property
     def device(self):
         return next(self.model.parameters()).device

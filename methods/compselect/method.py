@@ -116,7 +116,7 @@ class CompSelect(Compressor):
         )
         self.lm_batch_size, self.dtype, self.device, self.seed = lm_batch_size, dtype, device, seed
         self.trust_remote_code, self.engine = trust_remote_code, engine
-        self.lms: dict[str | None, Any] = {}
+        self.lms: dict[str, Any] = {}
 
     def bind(self, env: MethodEnv) -> None:
         super().bind(env)
@@ -124,7 +124,7 @@ class CompSelect(Compressor):
 
         from harness.lm import get_lm
 
-        adapters: dict[str | None, str | None] = {None: None, "extractor": self.extractor}
+        adapters: dict[str, str | None] = {"extractor": self.extractor}  # None: the un-tuned LM
         if self.truncation == "adaptive":
             adapters["truncator"] = self.truncator
         for name, path in adapters.items():
@@ -140,14 +140,14 @@ class CompSelect(Compressor):
 
     @property
     def lm(self) -> Any:
-        """The base LM (tokenisation and budgets)."""
-        return self.lms.get(None)
+        """The extractor's LM (tokenisation and budgets: an adapter leaves the tokenizer as it is)."""
+        return self.lms.get("extractor")
 
     # -- stages ----------------------------------------------------------------------------------------------
     def _generate_clues(self, prompts: list[Messages]) -> tuple[list[str], list[bool]]:
         """The extractor's raw outputs and, per prompt, whether the call cache answered it."""
         assert self.lms, "bind() first"
-        outs = self.lms["extractor" if self.extractor else None].generate(prompts, self.extractor_max_new_tokens)
+        outs = self.lms["extractor"].generate(prompts, self.extractor_max_new_tokens)
         return [o.text for o in outs], [o.replayed for o in outs]
 
     def extract(
@@ -291,5 +291,5 @@ class CompSelect(Compressor):
         if self.lms:
             info["lm"] = self.lm.describe()
             info["adapters"] = {k: {"path": v.info["adapter"], "sha256": v.info["adapter_sha256"]}
-                                for k, v in self.lms.items() if k}
+                                for k, v in self.lms.items() if v.info["adapter"]}
         return info
