@@ -42,6 +42,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--dataset", default="nq")
     ap.add_argument("--contexts", default="full,top1,none", help="comma list of full, top1, none")
+    ap.add_argument("--generator", default="smollm2_transformers", help="the prefill split needs a torch model")
     args = ap.parse_args()
 
     from hydra import compose, initialize_config_dir
@@ -58,6 +59,8 @@ def main() -> None:
             "config",
             overrides=[
                 f"dataset={args.dataset}",
+                f"generator={args.generator}",
+                "lm.cache=false",
                 "method=bm25",
                 f"limit={args.n}",
                 f"batch_size={args.batch}",
@@ -65,6 +68,9 @@ def main() -> None:
                 "progress=false",
             ],
         )
+    from harness.lm import cache
+
+    cache.configure(False)  # every call computes
     gen, _ = get_generator(cfg.generator)
     d = cfg.dataset
     exs = load_dataset(DatasetSpec(d.name, d.path, int(d.top_k), d.rank, args.n))

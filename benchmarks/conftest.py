@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+
+os.environ.setdefault("RAG_HARNESS_LM_CACHE", "0")  # a benchmark times computation: no call is replayed
+
 
 def pytest_terminal_summary(terminalreporter) -> None:
     from benchmarks.bench_compress import BREAK_EVEN
