@@ -48,7 +48,10 @@ class LM:
 
     def __init__(self, ref: str, engine: Any, tokenizer: Any, info: dict[str, Any]) -> None:
         self.ref, self.engine, self.tokenizer, self.info = ref, engine, tokenizer, info
-        self.namespace = f"{info['weights_sha256']}|{info.get('adapter_sha256')}|{engine.name}|{info['dtype']}"
+        # hub ids have no local digest: the id (and its revision, if pinned in it) keys their calls instead
+        weights = info["weights_sha256"] or f"ref:{ref}"
+        adapter = info.get("adapter_sha256") or (f"ref:{info['adapter']}" if info.get("adapter") else None)
+        self.namespace = f"{weights}|{adapter}|{engine.name}|{info['dtype']}"
         eos = tokenizer.eos_token_id
         self.stop_ids = [eos] if eos is not None else []
 
