@@ -105,6 +105,11 @@ class RunRecords:
         return path
 
 
+def kept_nothing(predictions: Sequence[dict[str, Any]]) -> float | None:
+    """Share of examples whose compressed context is empty (the generator answered closed-book)."""
+    return sum(r["compressed_tokens"] == 0 for r in predictions) / len(predictions) if predictions else None
+
+
 def _mean(xs: Sequence[float]) -> float | None:
     return sum(xs) / len(xs) if xs else None
 
@@ -125,6 +130,7 @@ def summarize(predictions: Sequence[dict[str, Any]], latency: Sequence[dict[str,
     )
     out["original_tokens"] = _mean([r["original_tokens"] for r in predictions])
     out["compressed_tokens"] = _mean([r["compressed_tokens"] for r in predictions])
+    out["kept_nothing"] = kept_nothing(predictions)
     batched = {
         "compress_s": _mean([r["compress_s"] for r in predictions]),
         "generate_s": _mean([r["generate_s"] for r in predictions]),

@@ -32,6 +32,7 @@ NUMERIC = (
     "cr_mean",
     "original_tokens",
     "compressed_tokens",
+    "kept_nothing",
     "compress_s",
     "generate_s",
     "online_latency_s",
@@ -143,6 +144,10 @@ def _row(folder: Path, root: Path) -> dict[str, Any] | None:
         else str(folder),
         "mtime": (folder / SUMMARY).stat().st_mtime,
     }
+    if row["kept_nothing"] is None and (folder / PREDICTIONS).is_file():  # summaries written before the field
+        from harness.records import kept_nothing
+
+        row["kept_nothing"] = kept_nothing(read_records(folder))
     return row
 
 

@@ -181,7 +181,8 @@ def publish(
         f"# Leaderboard\n\nGenerated {when} by `python -m leaderboard publish {results} {out}` from "
         f"{len(runs)} runs (newest run of each method, dataset, generator and profile). SubEM, EM and F1 "
         "in %, CR = original / compressed context tokens (ratio of sums, the generator's tokenizer). Best "
-        f"of each column in bold (oracle rows excluded); {tables.DAGGER} = not significantly different from "
+        f"of each column in bold (oracle rows excluded; CR never for a row that kept nothing on more than half the "
+        f"questions, marked {tables.EMPTY}); {tables.DAGGER} = not significantly different from "
         f"`{baseline}` (paired bootstrap over the same examples, {resamples} resamples, 95%). "
         "See `index.html` for the sortable page and every row's provenance.\n"
     ]

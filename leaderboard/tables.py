@@ -3,7 +3,9 @@ as Markdown, LaTeX and CSV.
 
 Table 2 layout: methods by datasets, SubEM / F1 / CR for each dataset. The best value of each column is bold
 (oracle rows, which read the gold answers, are left out of "best"); a dagger marks a SubEM or F1 that is not
-significantly different from ``full`` (paired bootstrap, 95%).
+significantly different from ``full`` (paired bootstrap, 95%). A row that kept nothing (empty context) on more
+than half of a dataset's questions is never bold for CR there and its CR carries ``∅``: emptied contexts inflate
+a ratio of sums without compressing anything the generator reads.
 Break-even: compression pays for itself when its time is below the generation time it saves against ``full``
 (``break_even = compress_s / (generate_s(full) - generate_s)``; below 1 it pays off).
 """
@@ -23,6 +25,8 @@ LABELS = {"nq": "NQ", "triviaqa": "TQA", "hotpotqa": "HQA"}
 T2_METRICS = ("subem", "f1", "cr")
 METRIC_LABELS = {"subem": "SubEM", "f1": "F1", "cr": "CR", "em": "EM"}
 DAGGER = "†"
+EMPTY = "∅"  # marks a CR whose row kept nothing on more than half its questions
+MOSTLY_EMPTY = 0.5
 
 
 def datasets(df: pd.DataFrame) -> list[str]:
@@ -58,7 +62,7 @@ class Table2:
     best: pd.DataFrame
     nonsig: pd.DataFrame
     oracle: pd.Series
-
+    empty: pd.DataFrame  # per dataset: share of questions with an empty context
 
 def table2(df: pd.DataFrame, profile: str, generator: str) -> Table2:
     g = df[(df.profile == profile) & (df.generator == generator)]
@@ -66,7 +70,9 @@ def table2(df: pd.DataFrame, profile: str, generator: str) -> Table2:
     cols = pd.MultiIndex.from_product([datasets(g), T2_METRICS], names=["dataset", "metric"])
     values = pd.DataFrame(index=variants, columns=cols, dtype=float)
     nonsig = pd.DataFrame(False, index=variants, columns=cols)
+    empty = pd.DataFrame(index=variants, columns=datasets(g), dtype=float)
     for r in g.itertuples():
+        empty.loc[r.variant, r.dataset] = _num(getattr(r, "kept_nothing", None))
         for m in T2_METRICS:
             values.loc[r.variant, (r.dataset, m)] = _num(getattr(r, m))
             if m != "cr" and getattr(r, f"sig_{m}", None) is False:
@@ -74,13 +80,18 @@ def table2(df: pd.DataFrame, profile: str, generator: str) -> Table2:
     oracle = g.groupby("variant").oracle.any().reindex(variants).fillna(False).astype(bool)
     best = pd.DataFrame(False, index=variants, columns=cols)
     for c in cols:
-        col = values.loc[~oracle.values, c].dropna()
+        eligible = ~oracle.values
+        if c[1] == "cr":
+            eligible &= ~(empty[c[0]] > MOSTLY_EMPTY).values
+        col = values.loc[eligible, c].dropna()
         if len(col) > 1:
             best.loc[col.index[col == col.max()], c] = True
-    return Table2(values, best, nonsig, oracle)
+    return Table2(values, best, nonsig, oracle, empty)
 
 
-def _cell(v: float | None, metric: str, bold: bool, dagger: bool, latex: bool = False) -> str:
+def _cell(
+    v: float | None, metric: str, bold: bool, dagger: bool, latex: bool = False, mostly_empty: bool = False
+) -> str:
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "-"
     s = f"{v:.2f}" + (("$\\times$" if latex else "×") if metric == "cr" else "")
@@ -88,6 +99,8 @@ def _cell(v: float | None, metric: str, bold: bool, dagger: bool, latex: bool = 
         s = f"\\textbf{{{s}}}" if latex else f"**{s}**"
     if dagger:
         s += "$^\\dagger$" if latex else DAGGER
+    if mostly_empty:
+        s += "$^\\emptyset$" if latex else EMPTY
     return s
 
 
@@ -100,7 +113,8 @@ def table2_rows(t: Table2, latex: bool = False) -> tuple[list[str], list[list[st
     rows = []
     for v in t.values.index:
         cells = [
-            _cell(t.values.loc[v, c], c[1], bool(t.best.loc[v, c]), bool(t.nonsig.loc[v, c]), latex)
+            _cell(t.values.loc[v, c], c[1], bool(t.best.loc[v, c]), bool(t.nonsig.loc[v, c]), latex,
+                  c[1] == "cr" and bool(t.empty.loc[v, c[0]] > MOSTLY_EMPTY))
             for c in t.values.columns
         ]
         rows.append([_name(v, bool(t.oracle[v])), *cells])
@@ -113,6 +127,8 @@ def table2_csv(t: Table2) -> pd.DataFrame:
     for d, m in t.nonsig.columns:
         if m != "cr":
             flat[f"{d}_{m}_not_significant_vs_full"] = t.nonsig[(d, m)].values
+    for d in t.empty.columns:
+        flat[f"{d}_kept_nothing"] = t.empty[d].values
     flat.insert(0, "oracle", t.oracle.values)
     return flat.rename_axis("variant").reset_index()
 

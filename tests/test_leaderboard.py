@@ -485,3 +485,26 @@ def test_pareto_front_keeps_the_runs_no_other_run_beats_on_both_subem_and_cr():
         ("mid", 3, 45),
     ]
     assert pareto_front(pts) == ["full", "mid", "tiny"]
+
+
+def test_a_row_that_kept_nothing_on_most_questions_is_never_bold_for_cr_and_is_marked(tmp_path):
+    """Emptied contexts inflate CR (a ratio of sums) without compressing anything the generator reads."""
+    grid(tmp_path, n=8, datasets=("nq",))
+    folder = write_run(tmp_path, "hollow", "nq", [("Paris", ["Paris"])] * 8, tokens=(100, 2))
+    preds = [json.loads(x) for x in (folder / "predictions.jsonl").read_text().splitlines()]
+    for p in preds[:6]:  # 6 of 8 contexts emptied: CR 800 / 4 = 200x, above bm25's 4x
+        p["compressed_tokens"] = 0
+    (folder / "predictions.jsonl").write_text("".join(json.dumps(p) + "\n" for p in preds))
+    summary = json.loads((folder / "summary.json").read_text())
+    summary.update(summarize(preds))
+    del summary["kept_nothing"]  # as in summaries written before the field: recounted from the records
+    (folder / "summary.json").write_text(json.dumps(summary))
+    runs = collect(tmp_path).set_index("variant")
+    assert runs.loc["hollow", "kept_nothing"] == 0.75 and runs.loc["bm25", "kept_nothing"] == 0
+    t = tables.table2(runs.reset_index(), "embedded", "gen-a")
+    assert t.values.loc["hollow", ("nq", "cr")] > t.values.loc["bm25", ("nq", "cr")]
+    assert not t.best.loc["hollow", ("nq", "cr")] and t.best.loc["bm25", ("nq", "cr")]
+    _, rows = tables.table2_rows(t)
+    cr = {r[0]: r[3] for r in rows}
+    assert cr["hollow"].endswith(tables.EMPTY) and cr["bm25"] == "**4.00×**"
+    assert tables.table2_csv(t).set_index("variant").loc["hollow", "nq_kept_nothing"] == 0.75

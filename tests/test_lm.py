@@ -152,8 +152,14 @@ def test_a_replayed_call_carries_the_seconds_it_was_measured_at(tmp_path, hf_lm,
     assert not any(c.replayed for c in other)
 
 
-def test_dtype_auto_follows_the_cpu():
+def test_dtype_auto_picks_bf16_only_where_it_is_native(monkeypatch):
     from harness.lm import hardware
 
-    want = "bfloat16" if hardware.has_cuda() or hardware.native_bf16() else "float32"
-    assert hardware.pick_dtype("auto") == want and hardware.pick_dtype("float32") == "float32"
+    monkeypatch.setattr(hardware, "has_cuda", lambda: False)
+    for flags, want in (({"avx2", "fma"}, "float32"), ({"avx2", "avx512f"}, "float32"),
+                        ({"avx512f", "avx512_bf16"}, "bfloat16"), ({"amx_bf16"}, "bfloat16")):
+        monkeypatch.setattr(hardware, "cpu_flags", lambda f=flags: frozenset(f))
+        assert hardware.pick_dtype("auto") == want, flags
+    assert hardware.pick_dtype("float32") == "float32"  # an explicit dtype is kept
+    monkeypatch.setattr(hardware, "has_cuda", lambda: True)
+    assert hardware.pick_dtype("auto") == "bfloat16"
