@@ -239,4 +239,8 @@ def format_summary(s: dict[str, Any]) -> str:
            f(s["total_latency_s"], "{:.3f}"), f"{s['latency_protocol']}(n={s['latency_n']})"]
     widths = [max(len(a), len(b)) for a, b in zip(head, row, strict=True)]
     line = lambda cells: " | ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True))  # noqa: E731
-    return "\n".join([line(head), "-+-".join("-" * w for w in widths), line(row)])
+    out = [line(head), "-+-".join("-" * w for w in widths), line(row)]
+    if s.get("kept_nothing"):
+        k = round(s["kept_nothing"] * s["n"])
+        out.append(f"kept nothing (empty context, closed-book answer) on {k}/{s['n']} examples")
+    return "\n".join(out)
