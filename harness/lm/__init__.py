@@ -16,7 +16,6 @@ picks bf16 only where the hardware runs it natively (``harness.lm.hardware``).
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -24,11 +23,9 @@ from typing import Any
 from harness import resources
 from harness.lm import hardware
 from harness.lm.cache import Cached, cached_calls
-
-log = logging.getLogger(__name__)
+from harness.protocols import Messages
 
 ENGINES = ("vllm", "transformers")
-Messages = list[dict[str, str]]
 
 
 @dataclass

@@ -12,15 +12,12 @@ of given tokens (``logprob_token_ids``, raw logits, full-vocabulary softmax), an
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Sequence
 from contextlib import contextmanager
 from typing import Any
 
 from harness.lm import hardware
-
-log = logging.getLogger(__name__)
 
 
 def cpu_environment(threads: int | None) -> dict[str, str]:
