@@ -48,3 +48,12 @@ def nq5():
 @pytest.fixture(scope="session")
 def hotpot3():
     return load_slice("hotpotqa", 3)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Stop every model-layer engine while the interpreter is whole: vLLM engines left to interpreter
+    shutdown can abort the process (std::terminate in a background thread) after the tests have passed."""
+    import sys
+
+    if "harness.lm" in sys.modules:
+        sys.modules["harness.lm"].release()
