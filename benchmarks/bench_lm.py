@@ -74,9 +74,10 @@ def run_one(method: str, path: str, n: int, dataset: str) -> dict:
         preds = [json.loads(x) for x in next(Path(tmp).rglob("predictions.jsonl")).read_text().splitlines()]
     tokens = sum(p["prompt_tokens"] + p["completion_tokens"] for p in preds)
     dtype = s["generator_info"]["dtype"]
-    gen_total = s["generate_s"] * s["n"]
-    return {"method": method, "path": path, "n": s["n"], "subem": s["subem"], "compress_s": s["compress_s"],
-            "generate_s": s["generate_s"], "engine": s["generator_info"]["backend"], "dtype": dtype,
+    b = s.get("batched") if s.get("latency_protocol") != "batched" else s  # summaries before the two protocols
+    gen_total = b["generate_s"] * s["n"]
+    return {"method": method, "path": path, "n": s["n"], "subem": s["subem"], "compress_s": b["compress_s"],
+            "generate_s": b["generate_s"], "engine": s["generator_info"]["backend"], "dtype": dtype,
             "generator_tokens": tokens,
             "generator_peak_fraction": 2 * PARAMS * tokens / gen_total / peak_flops(dtype) if gen_total else None}
 

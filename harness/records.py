@@ -117,9 +117,11 @@ def _mean(xs: Sequence[float]) -> float | None:
 def summarize(predictions: Sequence[dict[str, Any]], latency: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
     """The metric part of ``summary.json``, recomputable by a reader from the record files alone.
 
-    ``subem``/``em``/``f1`` are percentages. Latency figures come from the batch-1 sample when there is one
-    (``latency_protocol: batch1``), otherwise from the accuracy pass, amortised over its batches
-    (``latency_protocol: batched``); the accuracy pass's own means are always under ``batched``.
+    ``subem``/``em``/``f1`` are percentages. Two timing protocols, never mixed: latency (``compress_s``,
+    ``online_latency_s`` = generation, ``total_latency_s``) comes only from the batch-1 sample
+    (``latency_protocol: batch1``; None without one), throughput only from the accuracy pass, amortised over
+    its batches (``batched``: seconds per example, with ``uniform`` false when its records were timed at more
+    than one batch size or thread count, e.g. a run resumed under other settings).
     """
     n = len(predictions)
     out: dict[str, Any] = {"n": n}
@@ -131,21 +133,20 @@ def summarize(predictions: Sequence[dict[str, Any]], latency: Sequence[dict[str,
     out["original_tokens"] = _mean([r["original_tokens"] for r in predictions])
     out["compressed_tokens"] = _mean([r["compressed_tokens"] for r in predictions])
     out["kept_nothing"] = kept_nothing(predictions)
-    batched = {
+    out["timed_at"] = timing_conditions(predictions)
+    uniform = all(len(v) == 1 and "unknown" not in v for v in out["timed_at"].values())
+    out["batched"] = {
         "compress_s": _mean([r["compress_s"] for r in predictions]),
         "generate_s": _mean([r["generate_s"] for r in predictions]),
+        "uniform": uniform,
     }
-    out["batched"] = batched
-    out["timed_at"] = timing_conditions(predictions)
-    source = latency if latency else predictions
-    out["latency_protocol"] = "batch1" if latency else "batched"
-    out["latency_n"] = len(source)
-    out["compress_s"] = _mean([r["compress_s"] for r in source])
-    out["generate_s"] = _mean([r["generate_s"] for r in source])
+    out["latency_protocol"] = "batch1" if latency else None
+    out["latency_n"] = len(latency)
+    out["latency_threads"] = sorted({r["threads"] for r in latency if r.get("threads") is not None})
+    out["compress_s"] = _mean([r["compress_s"] for r in latency])
+    out["generate_s"] = _mean([r["generate_s"] for r in latency])
     out["online_latency_s"] = out["generate_s"]
-    out["total_latency_s"] = (
-        None if out["compress_s"] is None else out["compress_s"] + out["generate_s"]
-    )
+    out["total_latency_s"] = None if out["compress_s"] is None else out["compress_s"] + out["generate_s"]
     out["diagnostics"] = aggregate_diagnostics(predictions)
     return out
 

@@ -30,6 +30,10 @@ def drop(keep: Callable[[tuple, Any], bool]) -> list[Any]:
         return [_REGISTRY.pop(k) for k in gone]
 
 
+def get(key: tuple) -> Any:
+    return _REGISTRY[key]
+
+
 def loaded() -> list[tuple]:
     """Keys of the instances alive in this process (used by tests and records)."""
     return list(_REGISTRY)

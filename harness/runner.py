@@ -89,10 +89,11 @@ def _record(
 
 
 def process(
-    examples: Sequence[Example], compressor: Compressor, generator: Generator
+    examples: Sequence[Example], compressor: Compressor, generator: Generator, batch_size: int | None = None
 ) -> tuple[list[dict[str, Any]], float]:
     """Compress, generate and score a batch; per-example times are the batch's, amortised. Returns records
-    and the model seconds spent (compression plus generation).
+    and the model seconds spent (compression plus generation). ``batch_size``: the configured size each record
+    says it was timed at (default: the batch's length; a run's last batch may be shorter).
 
     Calls the model layer answered from its cache (``harness.lm.cache``) add the seconds they were measured
     at, so a cache never makes a method or the generator look faster than it is; the record counts them."""
@@ -114,11 +115,40 @@ def process(
         compressed = generator.count_tokens(render_documents(comp.documents))
         cs = (t1 - t0 + r1[1] - r0[1]) / n
         gs = (t2 - t1 + r2[1] - r1[1]) / n
-        row = _record(ex, comp, gen, original, compressed, cs, gs, n)
+        row = _record(ex, comp, gen, original, compressed, cs, gs, batch_size or n)
         if any(replayed.values()):
             row["replayed"] = replayed
         rows.append(row)
     return rows, t2 - t0
+
+
+def latency_pass(
+    todo: Sequence[Example], warmup: Sequence[Example], compressor: Compressor, generator: Generator,
+    records: RunRecords, progress: bool,
+) -> float:
+    """The papers' latency protocol: one example at a time after ``warmup`` untimed ones, each as if unseen
+    (the model layer's call cache bypassed, every engine's prefix cache and the sentence-split memo emptied
+    before it: the accuracy pass has just computed these prompts). Returns the model seconds spent."""
+    from harness.lm import cache as lm_cache
+    from harness.lm import forget_prefixes
+    from harness.text import forget_splits
+
+    def forget() -> None:
+        forget_prefixes()
+        forget_splits()
+
+    spent = 0.0
+    with lm_cache.bypassed():
+        for e in warmup:
+            forget()
+            process([e], compressor, generator)
+        for e in tqdm(todo, desc="latency (batch 1)", unit="ex", disable=not progress):
+            forget()
+            rows, secs = process([e], compressor, generator)
+            spent += secs
+            keep = ("id", "compress_s", "generate_s", "stages", "threads", "replayed")
+            records.add_latency([{k: rows[0][k] for k in keep if k in rows[0]}])
+    return spent
 
 
 def _batches(items: Sequence[Any], size: int):
@@ -160,7 +190,7 @@ def run(cfg: DictConfig, out_dir: str | Path) -> dict[str, Any]:
     with tqdm(total=len(examples), initial=len(examples) - len(todo), desc=f"{cfg.method.name}/{d.name}",
               unit="ex", disable=not cfg.progress) as bar:
         for batch in _batches(todo, int(cfg.batch_size)):
-            rows, secs = process(batch, compressor, generator)
+            rows, secs = process(batch, compressor, generator, int(cfg.batch_size))
             model_s += secs
             records.add_predictions(rows)
             bar.update(len(batch))
@@ -169,12 +199,7 @@ def run(cfg: DictConfig, out_dir: str | Path) -> dict[str, Any]:
     lat_sample = examples[: int(lat.samples)]
     lat_todo = [e for e in lat_sample if e.id not in records.latency]
     if lat_todo:
-        for e in examples[: int(lat.warmup)]:
-            process([e], compressor, generator)
-        for e in tqdm(lat_todo, desc="latency (batch 1)", unit="ex", disable=not cfg.progress):
-            rows, secs = process([e], compressor, generator)
-            model_s += secs
-            records.add_latency([{k: rows[0][k] for k in ("id", "compress_s", "generate_s", "stages")}])
+        model_s += latency_pass(lat_todo, examples[: int(lat.warmup)], compressor, generator, records, cfg.progress)
 
     preds = [records.predictions[e.id] for e in examples]
     lats = [records.latency[e.id] for e in lat_sample if e.id in records.latency]

@@ -37,6 +37,11 @@ def split_sentences(text: str) -> list[str]:
     return list(_split_cached(text))
 
 
+def forget_splits() -> None:
+    """Empty the sentence-split memo (a latency pass times each example as unseen)."""
+    _split_cached.cache_clear()
+
+
 def passage_sentences(passages: Sequence[Passage]) -> list[list[str]]:
     """The sentences of each passage's text (titles are not split into sentences)."""
     return [split_sentences(p.text) for p in passages]

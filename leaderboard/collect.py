@@ -56,6 +56,33 @@ def override_dirname(folder: Path) -> str:
     return ",".join(o for o in str(value).split(",") if o and o.lstrip("+~").split("=")[0] not in EXECUTION_ONLY)
 
 
+LATENCY = ("compress_s", "generate_s", "online_latency_s", "total_latency_s")
+
+
+def latency_fields(summary: dict[str, Any]) -> dict[str, Any]:
+    """Latency from the batch-1 sample only, throughput (``batched_*``, seconds per example) from the accuracy
+    pass only, and only where all its records were timed at one batch size and thread count. Summaries
+    written before the two protocols were kept apart (``latency_protocol: batched``) give no latency."""
+    out: dict[str, Any] = {
+        "latency_protocol": summary.get("latency_protocol"),
+        "latency_threads": ",".join(map(str, summary.get("latency_threads") or [])) or None,
+        "latency_n": summary.get("latency_n"),
+        **{k: summary.get(k) for k in LATENCY},
+    }
+    if out["latency_protocol"] != "batch1":
+        out.update({k: None for k in LATENCY}, latency_protocol=None, latency_threads=None, latency_n=0)
+    b = summary.get("batched") or {}
+    t = summary.get("timed_at") or {}
+    uniform = b.get("uniform")
+    if uniform is None:  # older summaries: decide from the counts
+        uniform = bool(t) and all(len(v) == 1 and "unknown" not in v for v in t.values())
+    batch = next(iter(t.get("batch") or {}), None) if uniform else None
+    out["batched_at"] = _whole(batch) if batch is not None else None
+    out["batched_compress_s"] = b.get("compress_s") if uniform else None
+    out["batched_generate_s"] = b.get("generate_s") if uniform else None
+    return out
+
+
 def timed_at(summary: dict[str, Any]) -> str | None:
     """The batch sizes and thread counts a run's timings were taken at, with their record counts (``b8x50
     b1x150 / t1x200``); ``?`` counts records made before these were kept. None for a summary without them."""
@@ -124,7 +151,7 @@ def _row(folder: Path, root: Path) -> dict[str, Any] | None:
         "overrides": od,
         "split": s.get("split"),
         **{k: s.get(k) for k in NUMERIC},
-        "latency_protocol": s.get("latency_protocol"),
+        **latency_fields(s),
         "timed_at": timed_at(s),
         "diagnostics": json.dumps(s.get("diagnostics") or {}, sort_keys=True),
         "oracle": bool(minfo.get("oracle", False)),

@@ -96,10 +96,13 @@ def _seconds(x: float) -> str:
     return f"{x:.1f} s" if x >= 1 else f"{x * 1e3:.3g} ms"
 
 
-def latency_bars(lat: pd.DataFrame, profile: str, generator: str, path: Path) -> Path:
-    """Stacked horizontal bars per dataset: compression (offline part) + generation (online) seconds."""
+def latency_bars(lat: pd.DataFrame, profile: str, generator: str, path: Path) -> Path | None:
+    """Stacked horizontal bars per dataset: compression + generation (online) seconds, batch-1 latency only
+    (rows without a batch-1 sample are left out: their batched seconds measure throughput, not latency)."""
     plt = _plt()
-    g = lat[(lat.profile == profile) & (lat.generator == generator)]
+    g = lat[(lat.profile == profile) & (lat.generator == generator) & (lat.protocol == "batch1")]
+    if g.empty:
+        return None
     ds = datasets(g)
     fig, axes = plt.subplots(
         1, len(ds), figsize=(5.2 * len(ds), 0.45 * max(len(g.variant.unique()), 2) + 1.6), squeeze=False
@@ -122,13 +125,12 @@ def latency_bars(lat: pd.DataFrame, profile: str, generator: str, path: Path) ->
         ax.set_xlim(0, max(float((c + o).max()) * 1.35, 1e-6) if len(x) else 1)
         ax.set_yticks(list(y), list(x.variant))
         ax.set_xlabel("seconds per example")
-        proto = ", ".join(sorted(set(x.protocol.dropna())))
-        ax.set_title(f"{label(d)} ({proto})")
+        threads = ", ".join(sorted({f"t{t}" for t in x.latency_threads.dropna()}))
+        ax.set_title(f"{label(d)} (batch 1, {threads or 'threads unknown'})")
         ax.grid(axis="x", alpha=0.3)
         ax.legend(fontsize=8, loc="lower right")
     fig.suptitle(
-        f"Latency — {profile} profile, generator {generator} (rows may be timed at other batch sizes and "
-        "threads: see the table's timed-at column)"
+        f"Latency — {profile} profile, generator {generator}: one example at a time after warm-up"
     )
     fig.tight_layout()
     fig.savefig(path, dpi=110)

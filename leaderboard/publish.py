@@ -116,12 +116,17 @@ def _shared_md(
     return out, pd.DataFrame(rows, columns=head)
 
 
+def _why_no_throughput(timed_at: object) -> str:
+    if not isinstance(timed_at, str):
+        return "unknown"
+    return "mixed" if any(len(part.split()) > 1 for part in timed_at.split(" / ")) else "unknown"
+
+
 def _latency_md(lat: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     head = [
         "Method",
         "Dataset",
-        "protocol (n)",
-        "timed at",
+        "batch-1 sample (n, threads)",
         "compression s",
         "online s",
         "total s",
@@ -129,13 +134,14 @@ def _latency_md(lat: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
         "break-even",
         "pays off",
         "total vs full s",
+        "batched s (batch)",
+        "accuracy pass timed at",
     ]
     rows = [
         [
             r.variant,
             label(r.dataset),
-            f"{r.protocol} ({fmt(r.latency_n, '{:.0f}')})",
-            r.timed_at if isinstance(r.timed_at, str) else "-",
+            f"{fmt(r.latency_n, '{:.0f}')}, t{r.latency_threads}" if r.protocol == "batch1" else "none",
             fmt(r.compress_s, "{:.4f}"),
             fmt(r.online_s, "{:.3f}"),
             fmt(r.total_s, "{:.3f}"),
@@ -143,6 +149,9 @@ def _latency_md(lat: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
             fmt(r.break_even, "{:.3f}"),
             "-" if r.pays_off is None or pd.isna(r.pays_off) else ("yes" if r.pays_off else "no"),
             fmt(r.total_vs_full_s, "{:+.3f}"),
+            (f"{fmt(r.batched_s, '{:.3f}')} ({r.batched_at})" if pd.notna(r.batched_s)
+             else _why_no_throughput(r.timed_at)),
+            r.timed_at if isinstance(r.timed_at, str) else "-",
         ]
         for r in lat.itertuples()
     ]
@@ -167,7 +176,7 @@ def publish(
     shared = stats.add_uncertainty(shared, baseline, resamples, seed) if not shared.empty else shared
     lat = tables.latency(runs, baseline)
     full = runs.merge(
-        lat.drop(columns=["protocol", "latency_n", "timed_at", "compress_s"]),
+        lat.drop(columns=["protocol", "latency_n", "latency_threads", "timed_at", "compress_s", "batched_at"]),
         on=["profile", "generator", "dataset", "variant"],
     )
     ref = reference.load_reference()
@@ -224,10 +233,15 @@ def publish(
                 sections.append((f"Method diagnostics — {profile} / {gen}", frame))
         lh, lr = _latency_md(lat[(lat.profile == profile) & (lat.generator == gen)])
         md.append(
-            "### Latency and break-even\n\nSeconds per example; break-even = compression time / "
-            f"generation time saved against `{baseline}` (below 1 the compression pays for itself). "
-            "*timed at*: how many records were timed at each batch size (b) and thread count (t); `?` = "
-            "records made before these were kept. Compare latencies only between rows timed alike.\n\n"
+            "### Latency and break-even\n\nTwo protocols, never mixed. Latency (compression, online = "
+            "generation, total) as the papers time it: seconds per example, one example at a time after "
+            "warm-up, on the first n questions of the dataset, each as if unseen (call cache bypassed, prefix "
+            "caches emptied); `none` where the run has no such sample. Break-even = compression time / "
+            f"generation time saved against `{baseline}` timed the same way (below 1 the compression pays for "
+            "itself). *Batched s*: compression + generation seconds per example in the accuracy pass at the "
+            "batch size shown (throughput), `mixed` where its records were timed at more than one batch size or "
+            "thread count (*timed at*: records per batch size b and thread count t; `?` = made before these "
+            "were kept).\n\n"
             f"{tables.markdown(lh, lr)}\n"
         )
         cmp = reference.comparison(full, ref, profile, gen)
@@ -255,7 +269,9 @@ def publish(
             )
         for kind, fn in (("subem_vs_cr", plots.subem_vs_cr), ("latency", plots.latency_bars)):
             path = out / f"{kind}_{slug}.png"
-            fn(full if kind == "subem_vs_cr" else lat, profile, gen, path)
+            if fn(full if kind == "subem_vs_cr" else lat, profile, gen, path) is None:
+                path.unlink(missing_ok=True)  # a stale plot from an earlier publish
+                continue
             plot_files.append((profile, gen, path))
             md.append(f"![{kind} {profile} {gen}]({path.name})\n")
             written.append(path)

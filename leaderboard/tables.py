@@ -204,7 +204,8 @@ def uncertainty(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def latency(df: pd.DataFrame, baseline: str = "full") -> pd.DataFrame:
-    """Compression, online and total latency per run, and the break-even against ``baseline``."""
+    """Per run: batch-1 compression, online and total latency and the break-even against ``baseline`` (only
+    against a baseline timed under the same protocol and thread count), and batched throughput apart."""
     rows = []
     for r in df.itertuples():
         base = df[
@@ -212,12 +213,15 @@ def latency(df: pd.DataFrame, baseline: str = "full") -> pd.DataFrame:
             & (df.generator == r.generator)
             & (df.dataset == r.dataset)
             & (df.variant == baseline)
+            & (df.latency_protocol == r.latency_protocol)
+            & (df.latency_threads.fillna("") == ("" if pd.isna(r.latency_threads) else r.latency_threads))
         ]
         c, gen, tot = _num(r.compress_s), _num(r.generate_s), _num(r.total_latency_s)
         bgen = _num(base.generate_s.iloc[0]) if len(base) else None
         btot = _num(base.total_latency_s.iloc[0]) if len(base) else None
         saved = bgen - gen if bgen is not None and gen is not None else None
         be = c / saved if c is not None and saved is not None and saved > 0 else None
+        bc, bg = _num(getattr(r, "batched_compress_s", None)), _num(getattr(r, "batched_generate_s", None))
         rows.append(
             {
                 "profile": r.profile,
@@ -226,6 +230,7 @@ def latency(df: pd.DataFrame, baseline: str = "full") -> pd.DataFrame:
                 "variant": r.variant,
                 "protocol": r.latency_protocol,
                 "latency_n": r.latency_n,
+                "latency_threads": r.latency_threads,
                 "timed_at": getattr(r, "timed_at", None),
                 "compress_s": c,
                 "online_s": gen,
@@ -236,6 +241,8 @@ def latency(df: pd.DataFrame, baseline: str = "full") -> pd.DataFrame:
                     None if saved is None or c is None or r.variant == baseline else bool(saved > 0 and c < saved)
                 ),
                 "total_vs_full_s": tot - btot if tot is not None and btot is not None else None,
+                "batched_at": getattr(r, "batched_at", None),
+                "batched_s": bc + bg if bc is not None and bg is not None else None,
             }
         )
     return pd.DataFrame(rows)

@@ -17,7 +17,7 @@ from harness.metrics import score
 from harness.records import summarize
 from leaderboard import reference, stats, tables
 from leaderboard.archive import archive
-from leaderboard.collect import collect, model_ids, read_predictions, timed_at
+from leaderboard.collect import collect, latency_fields, model_ids, read_predictions, timed_at
 from leaderboard.matched import matched
 from leaderboard.publish import publish
 
@@ -44,6 +44,7 @@ def write_run(
     times=(0.01, 0.5),
     oracle=False,
     commit="abc123",
+    latency_n=5,
 ) -> Path:
     """A run folder in the harness's layout; records scored by ``harness.metrics.score`` and summarised by
     ``harness.records.summarize``, so the files have exactly the harness's shape."""
@@ -66,6 +67,8 @@ def write_run(
             }
         )
     (folder / "predictions.jsonl").write_text("".join(json.dumps(p) + "\n" for p in preds))
+    lat = [{"id": p["id"], "compress_s": times[0], "generate_s": times[1], "threads": 2} for p in preds[:latency_n]]
+    (folder / "latency.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lat))
     (folder / "run.json").write_text(json.dumps({"key": f"key-{method}-{dataset}", "config": {}}))
     (folder / ".hydra" / "hydra.yaml").write_text(f"hydra:\n  job:\n    override_dirname: '{overrides}'\n")
     summary = {
@@ -74,7 +77,7 @@ def write_run(
         "split": "test",
         "generator": generator,
         "profile": profile,
-        **summarize(preds),
+        **summarize(preds, lat),
         "config_key": f"key-{method}-{dataset}",
         "method_info": {
             "name": method,
@@ -389,6 +392,30 @@ def test_latency_table_says_how_each_row_was_timed(tmp_path):
     rec = {"original_tokens": 10, "compressed_tokens": 5, "compress_s": 0.1, "generate_s": 0.2, **score("x", ["x"])}
     mixed = [{**rec, "batch": 8, "threads": 1}] * 2 + [{**rec, "batch": 1, "threads": 2}]
     assert timed_at(summarize(mixed)) == "b8x2 b1x1 / t1x2 t2x1"
+
+
+def test_latency_and_throughput_never_mix_protocols(tmp_path):
+    """Latency only from a batch-1 sample, throughput only from an accuracy pass timed at one batch size and
+    thread count; break-even only against a baseline timed the same way."""
+    rec = {"original_tokens": 10, "compressed_tokens": 5, "compress_s": 0.1, "generate_s": 0.2, **score("x", ["x"])}
+    one = latency_fields(summarize([{**rec, "batch": 8, "threads": 2}] * 3, [{**rec, "threads": 2}]))
+    assert one["latency_protocol"] == "batch1" and one["total_latency_s"] == pytest.approx(0.3)
+    assert one["batched_at"] == "8" and one["batched_compress_s"] == pytest.approx(0.1)
+    mixed = latency_fields(summarize([{**rec, "batch": 8, "threads": 2}, {**rec, "batch": 1, "threads": 2}]))
+    assert mixed["total_latency_s"] is None and mixed["latency_protocol"] is None  # no batch-1 sample
+    assert mixed["batched_compress_s"] is None  # two batch sizes: no throughput either
+    # a summary from before the protocols were kept apart: its batched means are not latency
+    old = {"latency_protocol": "batched", "compress_s": 0.1, "generate_s": 0.2, "total_latency_s": 0.3,
+           "batched": {"compress_s": 0.1, "generate_s": 0.2}, "timed_at": {"batch": {"1": 4}, "threads": {"1": 4}}}
+    old = latency_fields(old)
+    assert old["total_latency_s"] is None and old["batched_compress_s"] == pytest.approx(0.1)
+    # full timed at batch 1 on 2 threads, bm25 on 1 thread: no break-even between them
+    write_run(tmp_path, "full", "nq", [("Paris", ["Paris"])] * 4, times=(0.0, 0.5))
+    folder = write_run(tmp_path, "bm25", "nq", [("Paris", ["Paris"])] * 4, times=(0.05, 0.2))
+    s = json.loads((folder / "summary.json").read_text())
+    (folder / "summary.json").write_text(json.dumps({**s, "latency_threads": [1]}))
+    lat = tables.latency(collect(tmp_path)).set_index("variant")
+    assert lat.loc["bm25", "total_s"] == pytest.approx(0.25) and pd.isna(lat.loc["bm25", "break_even"])
 
 
 def test_a_resumed_run_counts_a_batch_size_once_through_the_archive(tmp_path):

@@ -16,12 +16,14 @@ pytestmark = pytest.mark.vllm
 
 
 def test_default_generator_is_vllm_and_records_its_engine_settings(tmp_path):
+    """The default run: vLLM generator, call cache on, and the default batch-1 latency sample, which must
+    compute every call again (a replay would report the seconds a call took inside a batch)."""
     pytest.importorskip("vllm")
     from harness.lm import hardware
 
     r = subprocess.run(
         [sys.executable, "-m", "harness", "method=bm25", "dataset=nq", "limit=4", "progress=false",
-         f"results_dir={tmp_path}"],
+         f"results_dir={tmp_path}", "lm.cache=true", f"lm.cache_path={tmp_path / 'calls.sqlite'}"],
         cwd=REPO, capture_output=True, text=True, timeout=900, env={**os.environ, "HF_HUB_OFFLINE": "1"},
     )
     assert r.returncode == 0, r.stderr[-3000:]
@@ -38,3 +40,6 @@ def test_default_generator_is_vllm_and_records_its_engine_settings(tmp_path):
     assert all(p["raw_output"].strip() for p in preds) and all(p["threads"] == len(hardware.usable_cores())
                                                                for p in preds)
     assert summary["cr"] > 2
+    lat = [json.loads(x) for x in next(tmp_path.rglob("latency.jsonl")).read_text().splitlines()]
+    assert summary["latency_protocol"] == "batch1" and len(lat) == summary["latency_n"] == 4
+    assert not any("replayed" in r for r in lat) and all(r["generate_s"] > 0 for r in lat)

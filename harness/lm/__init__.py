@@ -135,6 +135,18 @@ class LM:
         return {"ref": self.ref, **self.info}
 
 
+def live() -> list[LM]:
+    """The LMs alive in this process."""
+    return [obj for key in resources.loaded() if key[0] == "lm" and isinstance(obj := resources.get(key), LM)]
+
+
+def forget_prefixes() -> None:
+    """Empty every live engine's prefix cache, so that the next call computes its prompt from scratch (batch-1
+    latency of an unseen question); the call cache is another switch (``cache.bypassed``)."""
+    for lm in live():
+        lm.engine.reset_prefix_cache()
+
+
 def release(which: Callable[[LM], bool] = lambda lm: True) -> int:
     """Close and forget the process's LMs for which ``which(lm)`` holds (e.g. merged-adapter engines no longer
     needed: each vLLM engine holds its weights and KV cache); returns how many were closed."""

@@ -19,11 +19,12 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-_SETTINGS: dict[str, Any] = {"enabled": None, "path": None}
+_SETTINGS: dict[str, Any] = {"enabled": None, "path": None, "bypass": False}
 _LOCAL = threading.local()
 
 
@@ -43,7 +44,21 @@ def configure(enabled: bool | None = None, path: str | None = None) -> None:
     _SETTINGS["enabled"], _SETTINGS["path"] = enabled, path
 
 
+@contextmanager
+def bypassed():
+    """Inside the block every call computes (nothing read or written), whatever the settings: a batch-1 latency
+    pass must not replay the seconds a call took in a batch."""
+    old = _SETTINGS["bypass"]
+    _SETTINGS["bypass"] = True
+    try:
+        yield
+    finally:
+        _SETTINGS["bypass"] = old
+
+
 def enabled() -> bool:
+    if _SETTINGS["bypass"]:
+        return False
     if _SETTINGS["enabled"] is not None:
         return bool(_SETTINGS["enabled"])
     return os.environ.get("RAG_HARNESS_LM_CACHE", "1").lower() not in ("0", "false", "no", "off")

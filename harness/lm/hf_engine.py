@@ -24,6 +24,9 @@ class TransformersEngine:
     def close(self) -> None:
         """Nothing to stop: the torch model is freed with its last reference."""
 
+    def reset_prefix_cache(self) -> None:
+        """Nothing kept between calls."""
+
     @property
     def device(self):
         return next(self.model.parameters()).device

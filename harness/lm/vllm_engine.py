@@ -84,6 +84,9 @@ class VLLMEngine:
         """Stop the engine's processes (their memory returns to the system)."""
         self.llm.llm_engine.engine_core.shutdown()
 
+    def reset_prefix_cache(self) -> None:
+        self.llm.reset_prefix_cache()
+
     def _run(self, prompts: Sequence[list[int]], params: Any) -> list[Any]:
         from vllm import TokensPrompt
 
