@@ -65,7 +65,7 @@ def peak_flops(dtype: str) -> float:
 def run_one(method: str, path: str, n: int, dataset: str) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         cmd = [sys.executable, "-m", "harness", f"method={method}", f"dataset={dataset}", f"limit={n}",
-               "batch_size=8", "progress=false", "lm.cache=false", f"results_dir={tmp}", *PATHS[path]]
+               "batch_size=8", "progress=false", "lm.cache=false", "latency.samples=0", f"results_dir={tmp}", *PATHS[path]]
         r = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
         if r.returncode != 0:
             return {"method": method, "path": path, "error": r.stderr[-2000:]}

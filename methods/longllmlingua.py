@@ -17,7 +17,10 @@ the embedded one with SmolLM2-135M-Instruct. The scorer is the process-wide torc
 loader (``harness.lm.loading.load_hf``; the transformers engine, because the package runs its own forward
 passes with a KV cache, so no vLLM scorer can be supplied): the package's ``load_model`` is overridden to
 attach it instead of loading a second copy. The package gets its own tokenizer
-instance from the same folder, because it sets left padding on it.
+instance from the same folder, because it sets left padding on it. ``dtype: auto`` (the embedded profile's
+``models.lm_dtype``) scores in bf16 where the CPU has native bf16: on the 2-core avx512_bf16 machine, 8 NQ
+questions, 1.78 s/question against 3.10 in fp32 (1.7x), CR 4.54x against 4.27x, same SubEM. The package
+compresses one prompt at a time (no batch API), so this adapter has no ``compress_batch``.
 
 Departures from the package's defaults, and why:
 - ``concate_question=False`` and no instruction: the harness adds the question in its own prompt. The token
@@ -211,7 +214,10 @@ class LongLLMLingua(Compressor):
         self.compressor: Any = None
 
     def bind(self, env: MethodEnv) -> None:
+        from harness.lm.hardware import pick_dtype
+
         super().bind(env)
+        self.dtype = pick_dtype(self.dtype)  # auto: bf16 where the CPU runs it natively
         device = resolve_device(self.device)
         self.compressor = resources.shared(
             ("llmlingua", self.model_ref, self.dtype, device),
