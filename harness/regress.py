@@ -12,8 +12,8 @@ bootstrap interval allows for the examples that changed. A run with no changed p
 interval at 0 and passes. Changed predictions, contexts (token counts and a hash) and CRs are always reported;
 ``--strict`` also fails on any change. Exit status: 0 pass, 1 regression, 2 no usable baseline.
 
-This module sits on top of the core: it runs the harness and judges records with the leaderboard's statistics
-(``leaderboard.stats``); nothing in the run loop imports it.
+This module sits on top of the core: it runs the harness and judges records with the bootstrap statistics
+(``harness.stats``); nothing in the run loop imports it.
 """
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ class CellReport:
 
 
 def _tests(base: Sequence[dict], now: Sequence[dict], resamples: int, seed: int, level: float) -> list[Test]:
-    from leaderboard.stats import paired_bootstrap
+    from harness.stats import paired_bootstrap
 
     tests = []
     for m in METRICS:

@@ -1,70 +1,27 @@
 """Uncertainty of every row: percentile bootstrap intervals and a paired bootstrap test against a baseline.
 
-- ``bootstrap_ci``: resample the examples of a run with replacement (``resamples`` times, numpy's PCG64
-  seeded with ``seed``) and take the 2.5th and 97.5th percentiles of the mean (a 95% interval).
-- ``paired_bootstrap``: on the example ids two runs share, resample those ids and take the interval of the
-  mean difference; the difference is significant when the interval excludes 0. The two-sided p-value is
-  twice the smaller tail of the resampled differences around 0 (capped at 1).
-
-Scores are per-example values in [0, 1]; means and intervals are returned in percent, like the tables.
+The statistics themselves (``bootstrap_ci``, ``paired_bootstrap``, ``Interval``, ``Paired``) live in
+``harness.stats`` and are re-exported here; this module applies them to the leaderboard's rows
+(``add_uncertainty``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-import numpy as np
 import pandas as pd
 
+from harness.stats import LEVEL, RESAMPLES, SEED, Interval, Paired, bootstrap_ci, paired_bootstrap
 from leaderboard.collect import METRICS, read_predictions
 
-RESAMPLES, SEED, LEVEL = 1000, 0, 0.95
-
-
-@dataclass(frozen=True)
-class Interval:
-    mean: float
-    lo: float
-    hi: float
-
-
-@dataclass(frozen=True)
-class Paired:
-    delta: float
-    lo: float
-    hi: float
-    p: float
-    n: int
-
-    @property
-    def significant(self) -> bool:
-        return self.lo > 0 or self.hi < 0
-
-
-def _indices(n: int, resamples: int, seed: int) -> np.ndarray:
-    return np.random.default_rng(seed).integers(0, n, size=(resamples, n))
-
-
-def bootstrap_ci(values, resamples: int = RESAMPLES, seed: int = SEED, level: float = LEVEL) -> Interval:
-    x = np.asarray(values, dtype=float)
-    if x.size == 0:
-        return Interval(float("nan"), float("nan"), float("nan"))
-    means = x[_indices(x.size, resamples, seed)].mean(axis=1)
-    a = (1 - level) / 2
-    lo, hi = np.quantile(means, [a, 1 - a])
-    return Interval(100 * x.mean(), 100 * float(lo), 100 * float(hi))
-
-
-def paired_bootstrap(a, b, resamples: int = RESAMPLES, seed: int = SEED, level: float = LEVEL) -> Paired:
-    """Mean of ``a - b`` (aligned per example) with its bootstrap interval and two-sided p-value."""
-    d = np.asarray(a, dtype=float) - np.asarray(b, dtype=float)
-    if d.size == 0:
-        return Paired(float("nan"), float("nan"), float("nan"), float("nan"), 0)
-    means = d[_indices(d.size, resamples, seed)].mean(axis=1)
-    al = (1 - level) / 2
-    lo, hi = np.quantile(means, [al, 1 - al])
-    p = min(1.0, 2 * min(float((means <= 0).mean()), float((means >= 0).mean())))
-    return Paired(100 * d.mean(), 100 * float(lo), 100 * float(hi), p, int(d.size))
+__all__ = [
+    "LEVEL",
+    "RESAMPLES",
+    "SEED",
+    "Interval",
+    "Paired",
+    "add_uncertainty",
+    "bootstrap_ci",
+    "paired_bootstrap",
+]
 
 
 def _records(r: pd.Series) -> pd.DataFrame:

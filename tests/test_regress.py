@@ -121,3 +121,33 @@ def test_real_small_grid_update_then_rerun_passes_and_a_better_baseline_fails(tm
     assert regress.main([*args, "--out", str(tmp_path / "run4")]) == 1
     out = capsys.readouterr().out
     assert "FAIL" in out and "nq__bm25" in out
+
+
+def test_the_core_never_imports_the_leaderboard():
+    """harness/ (the regression check included) takes its statistics from harness.stats, not leaderboard."""
+    import ast
+    from pathlib import Path
+
+    import harness
+
+    offenders = []
+    for path in Path(harness.__file__).parent.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
+            offenders += [f"{path.name}: {n}" for n in names if n.split(".")[0] == "leaderboard"]
+    assert not offenders, offenders
+
+
+def test_leaderboard_stats_re_exports_the_core_statistics():
+    from harness import stats as core
+    from leaderboard import stats as lb
+
+    assert lb.bootstrap_ci is core.bootstrap_ci and lb.paired_bootstrap is core.paired_bootstrap
+    t = core.paired_bootstrap([1, 1, 1, 0], [0, 0, 0, 0], resamples=200, seed=0)
+    assert t.n == 4 and t.delta == 75.0 and t.lo >= 0 and t.hi == 100.0
