@@ -110,6 +110,13 @@ def kept_nothing(predictions: Sequence[dict[str, Any]]) -> float | None:
     return sum(r["compressed_tokens"] == 0 for r in predictions) / len(predictions) if predictions else None
 
 
+def cr_nonempty(predictions: Sequence[dict[str, Any]]) -> float | None:
+    """CR (ratio of sums) over the examples whose compressed context is non-empty: what the generator was
+    actually given compressed; None when every context is empty (or there are no examples)."""
+    kept = [r for r in predictions if r["compressed_tokens"] > 0]
+    return sum(r["original_tokens"] for r in kept) / sum(r["compressed_tokens"] for r in kept) if kept else None
+
+
 def _mean(xs: Sequence[float]) -> float | None:
     return sum(xs) / len(xs) if xs else None
 
@@ -117,11 +124,13 @@ def _mean(xs: Sequence[float]) -> float | None:
 def summarize(predictions: Sequence[dict[str, Any]], latency: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
     """The metric part of ``summary.json``, recomputable by a reader from the record files alone.
 
-    ``subem``/``em``/``f1`` are percentages. Two timing protocols, never mixed: latency (``compress_s``,
-    ``online_latency_s`` = generation, ``total_latency_s``) comes only from the batch-1 sample
-    (``latency_protocol: batch1``; None without one), throughput only from the accuracy pass, amortised over
-    its batches (``batched``: seconds per example, with ``uniform`` false when its records were timed at more
-    than one batch size or thread count, e.g. a run resumed under other settings).
+    ``subem``/``em``/``f1`` are percentages. ``cr`` is the ratio of sums over every example (an empty context
+    counts its original tokens against zero compressed ones), ``cr_nonempty`` the same over the examples whose
+    context is non-empty, ``kept_nothing`` the share whose context is empty. Two timing protocols, never
+    mixed: latency (``compress_s``, ``online_latency_s`` = generation, ``total_latency_s``) comes only from
+    the batch-1 sample (``latency_protocol: batch1``; None without one), throughput only from the accuracy
+    pass, amortised over its batches (``batched``: seconds per example, with ``uniform`` false when its records
+    were timed at more than one batch size or thread count, e.g. a run resumed under other settings).
     """
     n = len(predictions)
     out: dict[str, Any] = {"n": n}
@@ -133,6 +142,7 @@ def summarize(predictions: Sequence[dict[str, Any]], latency: Sequence[dict[str,
     out["original_tokens"] = _mean([r["original_tokens"] for r in predictions])
     out["compressed_tokens"] = _mean([r["compressed_tokens"] for r in predictions])
     out["kept_nothing"] = kept_nothing(predictions)
+    out["cr_nonempty"] = cr_nonempty(predictions)
     out["timed_at"] = timing_conditions(predictions)
     uniform = all(len(v) == 1 and "unknown" not in v for v in out["timed_at"].values())
     out["batched"] = {

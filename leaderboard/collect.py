@@ -17,6 +17,8 @@ from typing import Any
 import pandas as pd
 import yaml
 
+from harness.records import cr_nonempty, kept_nothing
+
 SUMMARY, PREDICTIONS, RUN = "summary.json", "predictions.jsonl", "run.json"
 KEY = ["profile", "generator", "dataset", "variant"]
 # Overrides that change how a run executes, not what it computes: left out of the variant's name so that such
@@ -33,12 +35,15 @@ NUMERIC = (
     "original_tokens",
     "compressed_tokens",
     "kept_nothing",
+    "cr_nonempty",
     "compress_s",
     "generate_s",
     "online_latency_s",
     "total_latency_s",
     "latency_n",
 )
+# Summary fields added after runs were archived: recounted from the records of a summary without them.
+RECOUNTED = {"kept_nothing": kept_nothing, "cr_nonempty": cr_nonempty}
 
 
 def override_dirname(folder: Path) -> str:
@@ -171,10 +176,10 @@ def _row(folder: Path, root: Path) -> dict[str, Any] | None:
         else str(folder),
         "mtime": (folder / SUMMARY).stat().st_mtime,
     }
-    if row["kept_nothing"] is None and (folder / PREDICTIONS).is_file():  # summaries written before the field
-        from harness.records import kept_nothing
-
-        row["kept_nothing"] = kept_nothing(read_records(folder))
+    missing = [k for k in RECOUNTED if s.get(k) is None]
+    if missing and (folder / PREDICTIONS).is_file():  # summaries written before these fields
+        recs = read_records(folder, s.get("n"))
+        row.update({k: RECOUNTED[k](recs) for k in missing})
     return row
 
 

@@ -1,7 +1,9 @@
 """Plots (matplotlib, Agg): SubEM against CR per dataset with the Pareto front, and latency bars.
 
 The Pareto front is the set of non-oracle runs that no other non-oracle run beats on both SubEM and CR
-(higher is better on both). Runs without a CR (closed-book ``naive``) are drawn as a horizontal line.
+(higher is better on both). Runs without a CR (closed-book ``naive``) are drawn as a horizontal line. A run that
+kept nothing on more than half its questions is drawn hollow and labelled ``∅k%`` (k% of its contexts empty):
+its CR, over all questions, counts those as compressed to nothing.
 """
 
 from __future__ import annotations
@@ -9,10 +11,11 @@ from __future__ import annotations
 import math
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
-from leaderboard.tables import datasets, label
+from leaderboard.tables import EMPTY, MOSTLY_EMPTY, _num, datasets, label
 
 
 def _plt():
@@ -35,6 +38,17 @@ def pareto_front(points: list[tuple[str, float, float]]) -> list[str]:
     return front[::-1]
 
 
+def mostly_empty(row: Any) -> bool:
+    """Whether a run kept nothing (empty context) on more than half its questions."""
+    k = _num(getattr(row, "kept_nothing", None))
+    return k is not None and k > MOSTLY_EMPTY
+
+
+def empty_label(row: Any) -> str:
+    """``∅k%``: the share of a run's questions whose context came back empty."""
+    return f"{EMPTY}{100 * (_num(getattr(row, 'kept_nothing', None)) or 0):.0f}%"
+
+
 def subem_vs_cr(df: pd.DataFrame, profile: str, generator: str, path: Path) -> Path:
     plt = _plt()
     g = df[(df.profile == profile) & (df.generator == generator)]
@@ -48,19 +62,22 @@ def subem_vs_cr(df: pd.DataFrame, profile: str, generator: str, path: Path) -> P
         for r in pts.itertuples():
             on = r.variant in front
             err = [[r.subem - r.subem_lo], [r.subem_hi - r.subem]] if "subem_lo" in pts else None
+            color = "tab:red" if on else ("tab:gray" if r.oracle else "tab:blue")
+            hollow = mostly_empty(r)
             ax.errorbar(
                 r.cr,
                 r.subem,
                 yerr=err,
                 fmt="D" if r.oracle else "o",
                 ms=8 if on else 6,
-                color="tab:red" if on else ("tab:gray" if r.oracle else "tab:blue"),
+                color=color,
+                mfc="none" if hollow else color,
                 capsize=3,
                 alpha=0.9,
                 zorder=3,
             )
             ax.annotate(
-                r.variant + (" (oracle)" if r.oracle else ""),
+                r.variant + (" (oracle)" if r.oracle else "") + (f" {empty_label(r)}" if hollow else ""),
                 (r.cr, r.subem),
                 fontsize=8,
                 xytext=(5, 4),
@@ -129,9 +146,7 @@ def latency_bars(lat: pd.DataFrame, profile: str, generator: str, path: Path) ->
         ax.set_title(f"{label(d)} (batch 1, {threads or 'threads unknown'})")
         ax.grid(axis="x", alpha=0.3)
         ax.legend(fontsize=8, loc="lower right")
-    fig.suptitle(
-        f"Latency — {profile} profile, generator {generator}: one example at a time after warm-up"
-    )
+    fig.suptitle(f"Latency — {profile} profile, generator {generator}: one example at a time after warm-up")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

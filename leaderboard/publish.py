@@ -6,8 +6,10 @@ Files written under ``out``:
   then the papers' numbers of every other setting, each in its own table.
   Table 2 appears twice: with every row at its own n, and re-scored on the questions its rows share
   (``leaderboard.matched``; rows under ``min_n`` records are left out and named).
+  Then the empty contexts: per row and dataset, the share of questions whose context came back empty and the
+  CR over the non-empty ones.
 - ``runs.csv`` (every collected column), ``table2_<profile>_<generator>.csv`` / ``.tex``,
-  ``table2_shared_<profile>_<generator>.csv``, ``latency.csv``,
+  ``table2_shared_<profile>_<generator>.csv``, ``empty_contexts_<profile>_<generator>.csv``, ``latency.csv``,
   ``comparison_<profile>_<generator>.csv``, ``reference.csv`` (a copy of the papers' numbers).
 - ``subem_vs_cr_<profile>_<generator>.png``, ``latency_<profile>_<generator>.png``.
 - ``index.html``: one self-contained page.
@@ -116,6 +118,26 @@ def _shared_md(
     return out, pd.DataFrame(rows, columns=head)
 
 
+def _empty_md(
+    df: pd.DataFrame, profile: str, gen: str, csv: Path, written: list[Path], sections: list[tuple[str, str]]
+) -> str:
+    """The "Empty contexts" section of one (profile, generator): its Markdown, its CSV and its HTML table."""
+    t = tables.empty_contexts(df, profile, gen)
+    flat = t.copy()
+    flat.columns = [f"{d}_{m}" for d, m in flat.columns]
+    flat.rename_axis("variant").reset_index().to_csv(csv, index=False)
+    written.append(csv)
+    head, rows = tables.empty_contexts_rows(t)
+    sections.append((f"Empty contexts — {profile} / {gen}", html.frame_html(pd.DataFrame(rows, columns=head))))
+    return (
+        "### Empty contexts\n\nTwo CRs. Table 2's CR is over all questions: an empty context counts its original "
+        "tokens against none, so a method that empties many contexts shows a large CR without compressing "
+        "anything the generator reads (those questions are answered closed-book). Here, per dataset: the share "
+        "of questions whose context came back empty, and the CR over the questions whose context is non-empty "
+        "(`-`: no record, or every context empty).\n\n" + tables.markdown(head, rows) + "\n"
+    )
+
+
 def _why_no_throughput(timed_at: object) -> str:
     if not isinstance(timed_at, str):
         return "unknown"
@@ -149,8 +171,11 @@ def _latency_md(lat: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
             fmt(r.break_even, "{:.3f}"),
             "-" if r.pays_off is None or pd.isna(r.pays_off) else ("yes" if r.pays_off else "no"),
             fmt(r.total_vs_full_s, "{:+.3f}"),
-            (f"{fmt(r.batched_s, '{:.3f}')} ({r.batched_at})" if pd.notna(r.batched_s)
-             else _why_no_throughput(r.timed_at)),
+            (
+                f"{fmt(r.batched_s, '{:.3f}')} ({r.batched_at})"
+                if pd.notna(r.batched_s)
+                else _why_no_throughput(r.timed_at)
+            ),
             r.timed_at if isinstance(r.timed_at, str) else "-",
         ]
         for r in lat.itertuples()
@@ -211,6 +236,7 @@ def publish(
         md.append(text)
         if frame is not None:
             sections.append((f"Table 2 on shared questions — {profile} / {gen}", html.frame_html(frame)))
+        md.append(_empty_md(full, profile, gen, out / f"empty_contexts_{slug}.csv", written, sections))
         caption = (
             f"SubEM / F1 / CR, profile {profile}, generator {gen}; best in bold (oracles excluded); "
             f"† not significantly different from {baseline} (paired bootstrap, 95%)."

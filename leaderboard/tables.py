@@ -6,6 +6,8 @@ Table 2 layout: methods by datasets, SubEM / F1 / CR for each dataset. The best 
 significantly different from ``full`` (paired bootstrap, 95%). A row that kept nothing (empty context) on more
 than half of a dataset's questions is never bold for CR there and its CR carries ``∅``: emptied contexts inflate
 a ratio of sums without compressing anything the generator reads.
+The empty-contexts table puts beside each row the share of questions it emptied and its CR over the
+non-empty contexts only (what the generator was given compressed).
 Break-even: compression pays for itself when its time is below the generation time it saves against ``full``
 (``break_even = compress_s / (generate_s(full) - generate_s)``; below 1 it pays off).
 """
@@ -64,6 +66,7 @@ class Table2:
     oracle: pd.Series
     empty: pd.DataFrame  # per dataset: share of questions with an empty context
 
+
 def table2(df: pd.DataFrame, profile: str, generator: str) -> Table2:
     g = df[(df.profile == profile) & (df.generator == generator)]
     variants = variant_order(list(g.variant.unique()))
@@ -113,8 +116,14 @@ def table2_rows(t: Table2, latex: bool = False) -> tuple[list[str], list[list[st
     rows = []
     for v in t.values.index:
         cells = [
-            _cell(t.values.loc[v, c], c[1], bool(t.best.loc[v, c]), bool(t.nonsig.loc[v, c]), latex,
-                  c[1] == "cr" and bool(t.empty.loc[v, c[0]] > MOSTLY_EMPTY))
+            _cell(
+                t.values.loc[v, c],
+                c[1],
+                bool(t.best.loc[v, c]),
+                bool(t.nonsig.loc[v, c]),
+                latex,
+                c[1] == "cr" and bool(t.empty.loc[v, c[0]] > MOSTLY_EMPTY),
+            )
             for c in t.values.columns
         ]
         rows.append([_name(v, bool(t.oracle[v])), *cells])
@@ -131,6 +140,26 @@ def table2_csv(t: Table2) -> pd.DataFrame:
         flat[f"{d}_kept_nothing"] = t.empty[d].values
     flat.insert(0, "oracle", t.oracle.values)
     return flat.rename_axis("variant").reset_index()
+
+
+def empty_contexts(df: pd.DataFrame, profile: str, generator: str) -> pd.DataFrame:
+    """Per variant (rows, the papers' order) and dataset: ``(dataset, "empty")``, the share of questions whose
+    context came back empty, in %, and ``(dataset, "cr_nonempty")``, the CR (ratio of sums) over the others."""
+    g = df[(df.profile == profile) & (df.generator == generator)]
+    cols = pd.MultiIndex.from_product([datasets(g), ("empty", "cr_nonempty")], names=["dataset", "metric"])
+    out = pd.DataFrame(index=variant_order(list(g.variant.unique())), columns=cols, dtype=float)
+    for r in g.itertuples():
+        k = _num(getattr(r, "kept_nothing", None))
+        out.loc[r.variant, (r.dataset, "empty")] = None if k is None else 100 * k
+        out.loc[r.variant, (r.dataset, "cr_nonempty")] = _num(getattr(r, "cr_nonempty", None))
+    return out
+
+
+def empty_contexts_rows(t: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+    """Markdown head and rows of ``empty_contexts``: ``-`` where a run is missing or kept nothing at all."""
+    head = ["Method"] + [f"{label(d)} {'empty %' if m == 'empty' else 'CR non-empty'}" for d, m in t.columns]
+    rows = [[v] + [fmt(t.loc[v, c], "{:.1f}" if c[1] == "empty" else "{:.2f}×") for c in t.columns] for v in t.index]
+    return head, rows
 
 
 def markdown(head: Sequence[str], rows: Sequence[Sequence[str]], align_first_left: bool = True) -> str:
@@ -287,8 +316,7 @@ def diagnostics(df: pd.DataFrame) -> list[tuple[list[str], list[list[str]]]]:
     for keys, items in groups.items():
         head = ["Method", "Dataset"] + [f"{DIAGNOSTICS.get(k, (k, 1))[0]} (n)" for k in keys]
         rows = [
-            [v, label(ds)]
-            + [f"{d[k]['mean'] * DIAGNOSTICS.get(k, (k, 1))[1]:.2f} ({d[k]['n']})" for k in keys]
+            [v, label(ds)] + [f"{d[k]['mean'] * DIAGNOSTICS.get(k, (k, 1))[1]:.2f} ({d[k]['n']})" for k in keys]
             for v, ds, d in items
         ]
         out.append((head, rows))

@@ -375,13 +375,23 @@ def test_shared_questions_table_rescores_every_row_on_the_ids_they_share(tmp_pat
 def test_diagnostics_tables_show_each_methods_averaged_flags_in_pipeline_order(tmp_path):
     folder = write_run(tmp_path, "compselect", "nq", [("Paris", ["Paris"])] * 4)
     s = json.loads((folder / "summary.json").read_text())
-    s["diagnostics"] = {"recall3": {"mean": 0.0, "n": 3}, "recall1": {"mean": 2 / 3, "n": 3},
-                        "eligible": {"mean": 0.75, "n": 4}, "hit2_at1": {"mean": 1 / 3, "n": 3}}
+    s["diagnostics"] = {
+        "recall3": {"mean": 0.0, "n": 3},
+        "recall1": {"mean": 2 / 3, "n": 3},
+        "eligible": {"mean": 0.75, "n": 4},
+        "hit2_at1": {"mean": 1 / 3, "n": 3},
+    }
     (folder / "summary.json").write_text(json.dumps(s))
     write_run(tmp_path, "full", "nq", [("Paris", ["Paris"])] * 4)
     [(head, rows)] = tables.diagnostics(collect(tmp_path))
-    assert head == ["Method", "Dataset", "answer in passages % (n)", "Recall-1 % (n)", "Hit-2@1 % (n)",
-                    "Recall-3 % (n)"]
+    assert head == [
+        "Method",
+        "Dataset",
+        "answer in passages % (n)",
+        "Recall-1 % (n)",
+        "Hit-2@1 % (n)",
+        "Recall-3 % (n)",
+    ]
     assert rows == [["compselect", "NQ", "75.00 (4)", "66.67 (3)", "33.33 (3)", "0.00 (3)"]]
 
 
@@ -405,8 +415,14 @@ def test_latency_and_throughput_never_mix_protocols(tmp_path):
     assert mixed["total_latency_s"] is None and mixed["latency_protocol"] is None  # no batch-1 sample
     assert mixed["batched_compress_s"] is None  # two batch sizes: no throughput either
     # a summary from before the protocols were kept apart: its batched means are not latency
-    old = {"latency_protocol": "batched", "compress_s": 0.1, "generate_s": 0.2, "total_latency_s": 0.3,
-           "batched": {"compress_s": 0.1, "generate_s": 0.2}, "timed_at": {"batch": {"1": 4}, "threads": {"1": 4}}}
+    old = {
+        "latency_protocol": "batched",
+        "compress_s": 0.1,
+        "generate_s": 0.2,
+        "total_latency_s": 0.3,
+        "batched": {"compress_s": 0.1, "generate_s": 0.2},
+        "timed_at": {"batch": {"1": 4}, "threads": {"1": 4}},
+    }
     old = latency_fields(old)
     assert old["total_latency_s"] is None and old["batched_compress_s"] == pytest.approx(0.1)
     # full timed at batch 1 on 2 threads, bm25 on 1 thread: no break-even between them
@@ -430,7 +446,9 @@ def test_a_resumed_run_counts_a_batch_size_once_through_the_archive(tmp_path):
     kept = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
     assert [(r.get("batch"), type(r.get("threads"))) for r in kept] == [(None, type(None))] + [(1, int)] * 3
     assert summarize([*kept, {**kept[1], "batch": 1.0, "threads": 1.0}])["timed_at"] == {
-        "batch": {"unknown": 1, "1": 4}, "threads": {"unknown": 1, "1": 4}}
+        "batch": {"unknown": 1, "1": 4},
+        "threads": {"unknown": 1, "1": 4},
+    }
     old = {"timed_at": {"batch": {"unknown": 50, "1.0": 57, "1": 93}, "threads": {"unknown": 50, "1.0": 57}}}
     assert timed_at(old) == "b?x50 b1x150 / t?x50 t1x57"
 
@@ -535,3 +553,84 @@ def test_a_row_that_kept_nothing_on_most_questions_is_never_bold_for_cr_and_is_m
     cr = {r[0]: r[3] for r in rows}
     assert cr["hollow"].endswith(tables.EMPTY) and cr["bm25"] == "**4.00×**"
     assert tables.table2_csv(t).set_index("variant").loc["hollow", "nq_kept_nothing"] == 0.75
+
+
+def _empty_some(folder: Path, tokens: list[tuple[int, int]], drop: tuple[str, ...] = ()) -> dict:
+    """Give the records of a hand-made run these (original, compressed) token counts, resummarised; ``drop``
+    takes fields out of the summary, as in summaries written before them."""
+    preds = [json.loads(x) for x in (folder / "predictions.jsonl").read_text().splitlines()]
+    for p, (o, c) in zip(preds, tokens, strict=True):
+        p["original_tokens"], p["compressed_tokens"] = o, c
+    (folder / "predictions.jsonl").write_text("".join(json.dumps(p) + "\n" for p in preds))
+    summary = json.loads((folder / "summary.json").read_text())
+    summary.update(summarize(preds))
+    for k in drop:
+        del summary[k]
+    (folder / "summary.json").write_text(json.dumps(summary))
+    return summary
+
+
+# 6 of 8 contexts emptied; the other two 100 -> 10 and 120 -> 30 tokens
+HOLLOW = [(100, 0)] * 6 + [(100, 10), (120, 30)]
+
+
+def test_cr_over_non_empty_contexts_is_a_ratio_of_sums_over_those_only(tmp_path):
+    folder = write_run(tmp_path, "hollow", "nq", [("Paris", ["Paris"])] * 8)
+    s = _empty_some(folder, HOLLOW)
+    assert s["cr"] == 820 / 40 and s["cr_nonempty"] == 220 / 40 and s["kept_nothing"] == 0.75
+    assert (
+        summarize([{**r, "compressed_tokens": 0} for r in read_predictions(folder).to_dict("records")])["cr_nonempty"]
+        is None
+    )
+    none_empty = write_run(tmp_path, "bm25", "nq", [("Paris", ["Paris"])] * 4, tokens=(100, 25))
+    assert json.loads((none_empty / "summary.json").read_text())["cr_nonempty"] == 4.0
+
+
+def test_collect_recounts_cr_nonempty_for_old_summaries_from_their_first_n_records(tmp_path):
+    folder = write_run(tmp_path, "hollow", "nq", [("Paris", ["Paris"])] * 8)
+    _empty_some(folder, HOLLOW, drop=("cr_nonempty", "kept_nothing"))
+    extra = json.loads((folder / "predictions.jsonl").read_text().splitlines()[0])
+    with (folder / "predictions.jsonl").open("a") as f:  # records past the summary's n: not counted
+        for i in range(4):
+            f.write(json.dumps({**extra, "id": f"late-{i}", "original_tokens": 500, "compressed_tokens": 1}) + "\n")
+    row = collect(tmp_path).set_index("variant").loc["hollow"]
+    assert row.cr_nonempty == 5.5 and row.kept_nothing == 0.75 and row.cr == 20.5
+
+
+def test_empty_contexts_table_shows_the_share_emptied_and_the_cr_over_the_rest(tmp_path):
+    grid(tmp_path, n=8, datasets=("nq",))
+    _empty_some(write_run(tmp_path, "hollow", "nq", [("Paris", ["Paris"])] * 8), HOLLOW)
+    _empty_some(write_run(tmp_path, "hollow", "triviaqa", [("Paris", ["Paris"])] * 4), [(50, 0), (50, 5)] * 2)
+    runs = collect(tmp_path)
+    t = tables.empty_contexts(runs, "embedded", "gen-a")
+    assert t.loc["hollow", ("nq", "empty")] == 75.0 and t.loc["hollow", ("nq", "cr_nonempty")] == 5.5
+    assert t.loc["hollow", ("triviaqa", "empty")] == 50.0 and t.loc["hollow", ("triviaqa", "cr_nonempty")] == 10
+    assert t.loc["naive", ("nq", "empty")] == 100.0 and np.isnan(t.loc["naive", ("nq", "cr_nonempty")])
+    assert t.loc["bm25", ("nq", "empty")] == 0.0 and t.loc["bm25", ("nq", "cr_nonempty")] == 4.0
+    head, rows = tables.empty_contexts_rows(t)
+    assert head == ["Method", "NQ empty %", "NQ CR non-empty", "TQA empty %", "TQA CR non-empty"]
+    by = {r[0]: r[1:] for r in rows}
+    assert by["hollow"] == ["75.0", "5.50×", "50.0", "10.00×"]
+    assert by["naive"] == ["100.0", "-", "-", "-"] and by["full"][:2] == ["0.0", "1.00×"]
+    publish(tmp_path, tmp_path / "out", resamples=50)
+    md = (tmp_path / "out" / "leaderboard.md").read_text()
+    assert "### Empty contexts" in md and "| hollow | 75.0 | 5.50× | 50.0 | 10.00× |" in md
+    csv = pd.read_csv(tmp_path / "out" / "empty_contexts_embedded_gen-a.csv").set_index("variant")
+    assert csv.loc["hollow", "nq_cr_nonempty"] == 5.5 and csv.loc["hollow", "triviaqa_empty"] == 50.0
+
+
+def test_subem_vs_cr_draws_mostly_empty_rows_hollow_and_labels_their_share(tmp_path, monkeypatch):
+    from leaderboard import plots
+
+    grid(tmp_path, n=8, datasets=("nq",))
+    _empty_some(write_run(tmp_path, "hollow", "nq", [("Paris", ["Paris"])] * 8), HOLLOW)
+    _empty_some(write_run(tmp_path, "half", "nq", [("Paris", ["Paris"])] * 4), [(100, 0), (100, 0)] + [(100, 50)] * 2)
+    figs = []
+    plt = plots._plt()
+    monkeypatch.setattr(plt, "close", figs.append)
+    plots.subem_vs_cr(collect(tmp_path), "embedded", "gen-a", tmp_path / "p.png")
+    ax = figs[0].axes[0]
+    labels = {t.get_text() for t in ax.texts}
+    assert "hollow ∅75%" in labels and "half" in labels and "bm25" in labels  # half: not more than half
+    faces = {(round(ln.get_xdata()[0], 6), ln.get_markerfacecolor()) for ln in ax.lines if ln.get_marker() == "o"}
+    assert (20.5, "none") in faces and all(f != "none" for x, f in faces if x != 20.5)
