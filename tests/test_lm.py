@@ -66,6 +66,22 @@ def test_prompt_logprobs_from_a_start_row_match_the_full_prompt(vllm_lm, hf_lm):
     assert both[1] == pytest.approx(hf_lm.prompt_logprobs([short])[0].value, abs=1e-4)
 
 
+def test_short_tails_scored_through_the_prefix_cache_equal_whole_prompt_scores(vllm_lm, prompts, nq5):
+    """vLLM scores a short tail (an answer after its context) token by token so the prefix cache is read; the
+    values equal those of scoring every prompt row, for a batch whose prompts share their system prompt."""
+    from harness.lm.vllm_engine import SHORT_TAIL
+
+    seqs = [vllm_lm.encode_chat(p) + vllm_lm.answer_ids(e.answers[0]) for p, e in zip(prompts, nq5, strict=True)]
+    starts = [len(vllm_lm.encode_chat(p)) - 1 for p in prompts]
+    assert all(0 < len(s) - st - 1 <= SHORT_TAIL for s, st in zip(seqs, starts, strict=True))
+    assert all(st > SHORT_TAIL for st in starts)  # the whole-prompt reference below takes the other path
+    with_tail = vllm_lm.engine.prompt_logprobs(seqs, starts)
+    whole = vllm_lm.engine.prompt_logprobs(seqs, [0] * len(seqs))
+    for t, w, st in zip(with_tail, whole, starts, strict=True):
+        assert len(t) == len(w) - st and all(x < 0 for x in t)
+        assert t == pytest.approx(w[st:], abs=2e-3)
+
+
 def test_merged_adapter_gives_the_peft_adapters_greedy_tokens(hf_lm, prompts):
     """The merged weights folder (what vLLM serves) answers like PEFT's unmerged adapter."""
     import torch

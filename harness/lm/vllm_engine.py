@@ -8,6 +8,13 @@ threads to every usable core (no core reserved for the front end) unless fewer t
 Operations map to vLLM's sampling parameters: greedy generation (temperature 0), next-token log-probabilities
 of given tokens (``logprob_token_ids``, raw logits, full-vocabulary softmax), and prompt log-probabilities
 (``prompt_logprobs=0``), all with ``detokenize=False``.
+
+Two CPU-specific choices, both measured on 20 NQ questions (``ci_oracle``, batch 8, 2 cores): a request with
+``prompt_logprobs`` never reads the prefix cache (vLLM skips it so that every row gets scored), so a short tail
+after a long shared prompt (an answer's log-likelihood after its context) is scored token by token instead, as
+next-token log-probabilities of contexts that do read the cache (``SHORT_TAIL``): 8.3 -> 4.8 s/question, same
+values; and KV blocks of 32 tokens instead of vLLM's CPU default of 128, so that more of a prompt falls in cached
+full blocks: 4.8 -> 2.9 s/question (16 is refused by the CPU attention backend).
 """
 
 from __future__ import annotations
@@ -18,6 +25,9 @@ from contextlib import contextmanager
 from typing import Any
 
 from harness.lm import hardware
+
+SHORT_TAIL = 16  # tails of at most this many tokens are scored token by token (see the module docstring)
+CPU_BLOCK_SIZE = 32
 
 
 def cpu_environment(threads: int | None) -> dict[str, str]:
@@ -73,6 +83,8 @@ class VLLMEngine:
             self.settings["cpu"] = env
         env.setdefault("VLLM_LOGGING_LEVEL", os.environ.get("VLLM_LOGGING_LEVEL", "ERROR"))  # INFO shows the noise
         kwargs = {"enforce_eager": not hardware.has_cuda(), "enable_prefix_caching": True, **(engine_kwargs or {})}
+        if not hardware.has_cuda():
+            kwargs.setdefault("block_size", CPU_BLOCK_SIZE)
         self.settings["engine_kwargs"] = kwargs
         with scoped_environment(env):  # the engine's processes inherit it; this process keeps its own
             from vllm import LLM
@@ -119,14 +131,52 @@ class VLLMEngine:
             out.append([lp[t].logprob for t in token_ids])
         return out
 
-    def prompt_logprobs(self, prompts: Sequence[list[int]], start: Sequence[int]) -> list[list[float]]:
-        """Every prompt row is scored (``prompt_logprobs=0``), then cut at ``start``: vLLM scores from a start row
-        only with its V2 model runner, which needs Triton (not on CPU)."""
+    def _next_token_logprobs(self, contexts: Sequence[list[int]], tokens: Sequence[int]) -> list[float]:
+        """log p(tokens[i] | contexts[i]), one request per context (each reads the prefix cache)."""
         from vllm import SamplingParams
 
-        params = SamplingParams(temperature=0.0, max_tokens=1, prompt_logprobs=0, detokenize=False)
-        out = []
-        for o, toks, s in zip(self._run(prompts, params), prompts, start, strict=True):
-            rows = o.prompt_logprobs  # rows[j] scores token j; rows[0] is None
-            out.append([rows[j][toks[j]].logprob for j in range(int(s) + 1, len(toks))])
+        params = [SamplingParams(temperature=0.0, max_tokens=1, logprob_token_ids=[int(t)], detokenize=False)
+                  for t in tokens]
+        outs = self._run(contexts, params)
+        return [o.outputs[0].logprobs[0][int(t)].logprob for o, t in zip(outs, tokens, strict=True)]
+
+    def _short_tails(self, prompts: Sequence[list[int]], start: Sequence[int]) -> list[list[float]]:
+        """Tails scored token by token, in three waves so that later requests find their prefix cached: the first
+        prompt's first context (the part most prompts share, e.g. the system prompt), every prompt's first
+        context, then the rest."""
+        jobs = [(i, j) for i, (p, s) in enumerate(zip(prompts, start, strict=True)) for j in range(int(s) + 1, len(p))]
+        firsts = {}
+        for i, j in jobs:
+            firsts.setdefault(i, (i, j))
+        first = list(firsts.values())
+        taken = set(first)
+        waves = [first[:1], first[1:], [x for x in jobs if x not in taken]]
+        values: dict[tuple[int, int], float] = {}
+        for wave in waves:
+            if wave:
+                got = self._next_token_logprobs([prompts[i][:j] for i, j in wave], [prompts[i][j] for i, j in wave])
+                values.update(zip(wave, got, strict=True))
+        pairs = enumerate(zip(prompts, start, strict=True))
+        return [[values[(i, j)] for j in range(int(s) + 1, len(p))] for i, (p, s) in pairs]
+
+    def prompt_logprobs(self, prompts: Sequence[list[int]], start: Sequence[int]) -> list[list[float]]:
+        """log p(token j | tokens < j) for j = start + 1 .. len - 1. Short tails go token by token through the prefix
+        cache (``_short_tails``); longer ones score every prompt row (``prompt_logprobs=0``) and cut at ``start``:
+        vLLM scores from a start row only with its V2 model runner, which needs Triton (not on CPU)."""
+        from vllm import SamplingParams
+
+        short = [i for i, (p, s) in enumerate(zip(prompts, start, strict=True)) if len(p) - int(s) - 1 <= SHORT_TAIL]
+        out: list[list[float]] = [[] for _ in prompts]
+        if short:
+            tails = self._short_tails([prompts[i] for i in short], [start[i] for i in short])
+            for i, v in zip(short, tails, strict=True):
+                out[i] = v
+        scored = set(short)
+        long = [i for i in range(len(prompts)) if i not in scored]
+        if long:
+            params = SamplingParams(temperature=0.0, max_tokens=1, prompt_logprobs=0, detokenize=False)
+            for o, i in zip(self._run([prompts[i] for i in long], params), long, strict=True):
+                toks, s = prompts[i], int(start[i])
+                rows = o.prompt_logprobs  # rows[j] scores token j; rows[0] is None
+                out[i] = [rows[j][toks[j]].logprob for j in range(s + 1, len(toks))]
         return out
