@@ -29,8 +29,11 @@ def config_key(config: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """Complete JSON lines of a file; a torn last line (from a kill) is cut off the file."""
+def read_jsonl(path: str | Path, repair: bool = False) -> list[dict[str, Any]]:
+    """The complete JSON lines of a record file, in file order (``[]`` when it does not exist). Reading stops at
+    a torn line (a killed run leaves at most one, last); ``repair`` also cuts it off the file, as a run resuming
+    into the folder does before appending."""
+    path = Path(path)
     if not path.is_file():
         return []
     rows, good_bytes = [], 0
@@ -41,7 +44,7 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
             except (json.JSONDecodeError, UnicodeDecodeError):
                 break
             good_bytes += len(raw)
-    if good_bytes != path.stat().st_size:
+    if repair and good_bytes != path.stat().st_size:
         with path.open("r+b") as f:
             f.truncate(good_bytes)
     return rows
@@ -63,8 +66,8 @@ class RunRecords:
                 )
         else:
             run_file.write_text(json.dumps({"key": key, "config": key_config}, indent=1, default=str))
-        self.predictions = {r["id"]: r for r in _read_jsonl(self.folder / PREDICTIONS)}
-        self.latency = {r["id"]: r for r in _read_jsonl(self.folder / LATENCY)}
+        self.predictions = {r["id"]: r for r in read_jsonl(self.folder / PREDICTIONS, repair=True)}
+        self.latency = {r["id"]: r for r in read_jsonl(self.folder / LATENCY, repair=True)}
 
     def check_weights(self, digests: Sequence[str]) -> None:
         """Refuse to resume a run whose models' weights (the SHA-256 digests the method and generator
