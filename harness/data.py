@@ -21,6 +21,7 @@ from __future__ import annotations
 import gzip
 import json
 import logging
+import random
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ from harness.validate import TOP_LEVEL, ConfigError, check
 log = logging.getLogger(__name__)
 
 RANKINGS = ("none", "bm25")
+SAMPLES = ("first", "shuffled")
 _READ_ERRORS = (OSError, EOFError, zlib.error)  # gzip.BadGzipFile is an OSError
 _NAMED = 5  # lines named in a warning before "and N more"
 
@@ -53,6 +55,8 @@ class DatasetSpec:
     rank: str = "none"
     limit: int | None = None
     skip_unanswerable: bool = False  # skip (not fail on) examples with no gold answer left after normalisation
+    sample: str = "first"  # which ``limit`` examples: the split's first, or the first of a seeded permutation
+    seed: int = 0  # the permutation's seed (``sample="shuffled"`` only)
 
 
 @dataclass(frozen=True)
@@ -254,16 +258,35 @@ def rank_passages(example: Example, how: str) -> Example:
     return Example(example.id, example.question, example.answers, ranked, example.meta)
 
 
+def permutation(n: int, seed: int) -> list[int]:
+    """A seeded random permutation of ``range(n)``: Fisher-Yates driven by ``random.Random(seed).random()``,
+    the one part of the ``random`` module whose sequence Python guarantees across versions (``shuffle`` and
+    ``randrange`` may change), so a shuffled sample is the same on every Python and platform."""
+    rng = random.Random(seed)
+    order = list(range(n))
+    for i in range(n - 1, 0, -1):
+        j = min(int(rng.random() * (i + 1)), i)
+        order[i], order[j] = order[j], order[i]
+    return order
+
+
 def load_dataset_report(spec: DatasetSpec) -> LoadedDataset:
-    """Read, validate, cut to the first ``limit`` usable examples, rank, and keep ``top_k`` passages of each;
-    also the ids of the examples skipped (``skip_unanswerable``) before the cut."""
+    """Read, validate, order (``sample``: ``first`` keeps the file order, ``shuffled`` takes the seeded
+    ``permutation`` of the whole split), cut to the first ``limit`` usable examples, rank, and keep ``top_k``
+    passages of each; also the ids of the examples skipped (``skip_unanswerable``) before the cut."""
     if spec.rank not in RANKINGS:
         raise ConfigError(f"dataset.rank={spec.rank!r}: must be one of {', '.join(RANKINGS)}")
+    if spec.sample not in SAMPLES:
+        raise ConfigError(f"dataset.sample={spec.sample!r}: must be one of {', '.join(SAMPLES)}")
     check("dataset.top_k", spec.top_k, TOP_LEVEL["dataset.top_k"])
+    check("dataset.seed", spec.seed, TOP_LEVEL["dataset.seed"])
     check("limit", spec.limit, TOP_LEVEL["limit"])
     examples: list[Example] = []
     skipped: list[str] = []
-    for _, ex in _read(Path(spec.path), spec.skip_unanswerable):
+    rows = _read(Path(spec.path), spec.skip_unanswerable)
+    if spec.sample == "shuffled":
+        rows = [rows[i] for i in permutation(len(rows), spec.seed)]
+    for _, ex in rows:
         if spec.limit is not None and len(examples) >= spec.limit:
             break
         if ex.answers:

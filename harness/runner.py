@@ -123,8 +123,12 @@ def process(
 
 
 def latency_pass(
-    todo: Sequence[Example], warmup: Sequence[Example], compressor: Compressor, generator: Generator,
-    records: RunRecords, progress: bool,
+    todo: Sequence[Example],
+    warmup: Sequence[Example],
+    compressor: Compressor,
+    generator: Generator,
+    records: RunRecords,
+    progress: bool,
 ) -> float:
     """The papers' latency protocol: one example at a time after ``warmup`` untimed ones, each as if unseen
     (the model layer's call cache bypassed, every engine's prefix cache and the sentence-split memo emptied
@@ -156,19 +160,33 @@ def _batches(items: Sequence[Any], size: int):
         yield items[i : i + size]
 
 
+def key_config(cfg: DictConfig) -> dict[str, Any]:
+    """The part of a run config that names what a run computes (its key, in ``run.json``): execution settings
+    left out, and dataset settings at their defaults (``skip_unanswerable: false``, ``sample: first`` with any
+    ``seed``) too, so that runs made before those settings existed keep their key and resume."""
+    key_cfg = {k: v for k, v in OmegaConf.to_container(cfg, resolve=True).items() if k not in EXECUTION_KEYS}
+    d = key_cfg["dataset"]
+    if not d.get("skip_unanswerable", False):
+        d.pop("skip_unanswerable", None)
+    if d.get("sample", "first") == "first":
+        d.pop("sample", None)
+        d.pop("seed", None)
+    return provenance.redact(key_cfg)
+
+
 def run(cfg: DictConfig, out_dir: str | Path) -> dict[str, Any]:
     """Run one (method, dataset, generator) configuration into ``out_dir`` and return its summary."""
     t_start = time.perf_counter()
     validate_config(cfg)
     d = cfg.dataset
     skip = bool(d.get("skip_unanswerable", False))
-    loaded = load_dataset_report(DatasetSpec(d.name, d.path, int(d.top_k), d.rank, cfg.limit, skip))
+    sample, seed = str(d.get("sample", "first")), int(d.get("seed", 0))
+    loaded = load_dataset_report(
+        DatasetSpec(d.name, d.path, int(d.top_k), d.rank, cfg.limit, skip, sample=sample, seed=seed)
+    )
     examples = loaded.examples  # validated before any model loads
 
-    key_cfg = {k: v for k, v in OmegaConf.to_container(cfg, resolve=True).items() if k not in EXECUTION_KEYS}
-    if not skip:  # the default leaves the key (and so the run folders made before the flag) as they were
-        key_cfg["dataset"].pop("skip_unanswerable", None)
-    key_cfg = provenance.redact(key_cfg)
+    key_cfg = key_config(cfg)
     records = RunRecords(out_dir, config_key(key_cfg), key_cfg)
 
     from harness.lm import cache as lm_cache
@@ -187,8 +205,13 @@ def run(cfg: DictConfig, out_dir: str | Path) -> dict[str, Any]:
 
     todo = [e for e in examples if e.id not in records.predictions]
     model_s = 0.0
-    with tqdm(total=len(examples), initial=len(examples) - len(todo), desc=f"{cfg.method.name}/{d.name}",
-              unit="ex", disable=not cfg.progress) as bar:
+    with tqdm(
+        total=len(examples),
+        initial=len(examples) - len(todo),
+        desc=f"{cfg.method.name}/{d.name}",
+        unit="ex",
+        disable=not cfg.progress,
+    ) as bar:
         for batch in _batches(todo, int(cfg.batch_size)):
             rows, secs = process(batch, compressor, generator, int(cfg.batch_size))
             model_s += secs
@@ -210,6 +233,8 @@ def run(cfg: DictConfig, out_dir: str | Path) -> dict[str, Any]:
         "split": d.get("split"),
         "generator": cfg.generator.name,
         "profile": cfg.profile.name,
+        "sample": sample,
+        "sample_seed": seed if sample == "shuffled" else None,
         **summarize(preds, lats),
         "skipped_examples": len(loaded.skipped),
         "run": {
@@ -257,11 +282,34 @@ def format_summary(s: dict[str, Any]) -> str:
     def f(x: Any, fmt: str = "{:.2f}") -> str:
         return "-" if x is None else fmt.format(x)
 
-    head = ["method", "dataset", "n", "SubEM", "EM", "F1", "CR", "CR(mean)", "compress_s", "generate_s",
-            "total_s", "latency"]
-    row = [s["method"], s["dataset"], str(s["n"]), f(s["subem"]), f(s["em"]), f(s["f1"]), f(s["cr"], "{:.2f}x"),
-           f(s["cr_mean"], "{:.2f}x"), f(s["compress_s"], "{:.3f}"), f(s["generate_s"], "{:.3f}"),
-           f(s["total_latency_s"], "{:.3f}"), f"{s['latency_protocol']}(n={s['latency_n']})"]
+    head = [
+        "method",
+        "dataset",
+        "n",
+        "SubEM",
+        "EM",
+        "F1",
+        "CR",
+        "CR(mean)",
+        "compress_s",
+        "generate_s",
+        "total_s",
+        "latency",
+    ]
+    row = [
+        s["method"],
+        s["dataset"],
+        str(s["n"]),
+        f(s["subem"]),
+        f(s["em"]),
+        f(s["f1"]),
+        f(s["cr"], "{:.2f}x"),
+        f(s["cr_mean"], "{:.2f}x"),
+        f(s["compress_s"], "{:.3f}"),
+        f(s["generate_s"], "{:.3f}"),
+        f(s["total_latency_s"], "{:.3f}"),
+        f"{s['latency_protocol']}(n={s['latency_n']})",
+    ]
     widths = [max(len(a), len(b)) for a, b in zip(head, row, strict=True)]
     line = lambda cells: " | ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True))  # noqa: E731
     out = [line(head), "-+-".join("-" * w for w in widths), line(row)]

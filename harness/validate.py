@@ -74,6 +74,7 @@ TOP_LEVEL: dict[str, Rule] = {
     "limit": _int(1, null=True),
     "batch_size": _int(1),
     "dataset.top_k": _int(1),
+    "dataset.seed": _int(0),
     "latency.samples": _int(0),
     "latency.warmup": _int(0),
 }

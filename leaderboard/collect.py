@@ -2,7 +2,9 @@
 
 A run folder is any folder holding ``summary.json`` (Hydra single runs and multirun subfolders alike,
 ``results/<profile>/<generator>/<dataset>/<method>/<override_dirname>/``). The variant is the method's name,
-plus the Hydra override string of the folder when there is one (``bm25[method.top_k=2]``). Provenance comes
+plus the Hydra override string of the folder when there is one (``bm25[method.top_k=2]``); the dataset sample
+(``dataset.sample``/``seed``) is not part of it but a column of its own, ``sample``, so the newest run of a
+variant wins whichever sample it took. Provenance comes
 from the records: the git commit, the config key of ``run.json``, and the model ids of ``generator_info`` and
 ``method_info``. Nothing here loads a model.
 """
@@ -62,6 +64,14 @@ def override_dirname(folder: Path) -> str:
 
 
 LATENCY = ("compress_s", "generate_s", "online_latency_s", "total_latency_s")
+
+
+def sample_name(summary: dict[str, Any]) -> str:
+    """Which examples a run took: ``first`` (the split's first n; also summaries written before samples
+    existed) or ``shuffled seed <s>`` (the first n of a seeded permutation, ``dataset.sample=shuffled``)."""
+    if summary.get("sample", "first") in (None, "first"):
+        return "first"
+    return f"{summary['sample']} seed {summary.get('sample_seed')}"
 
 
 def latency_fields(summary: dict[str, Any]) -> dict[str, Any]:
@@ -155,6 +165,7 @@ def _row(folder: Path, root: Path) -> dict[str, Any] | None:
         "variant": f"{s['method']}[{od}]" if od else s["method"],
         "overrides": od,
         "split": s.get("split"),
+        "sample": sample_name(s),
         **{k: s.get(k) for k in NUMERIC},
         **latency_fields(s),
         "timed_at": timed_at(s),

@@ -227,9 +227,10 @@ def publish(
         t2 = tables.table2(full, profile, gen)
         head, rows = tables.table2_rows(t2)
         ns = sorted(set(g.n.dropna().astype(int)))
+        samples = ", ".join(sorted(set(g["sample"].fillna("first")))) if "sample" in g else "first"
         md.append(
             f"## Profile `{profile}`, generator `{gen}`\n\n### Table 2 layout (n = {', '.join(map(str, ns))}"
-            f" per dataset)\n\n{tables.markdown(head, rows)}\n"
+            f" per dataset; sample: {samples})\n\n{tables.markdown(head, rows)}\n"
         )
         tables.table2_csv(t2).to_csv(out / f"table2_{slug}.csv", index=False)
         text, frame = _shared_md(shared, short, profile, gen, min_n, out / f"table2_shared_{slug}.csv", written)

@@ -103,3 +103,94 @@ def test_missing_file_and_unknown_format(tmp_path):
     (tmp_path / "x.csv").write_text("a,b\n")
     with pytest.raises(DatasetError, match="unknown format"):
         read_examples(tmp_path / "x.csv")
+
+
+# ------------------------------------------------------------------------------------------ dataset sample
+def _spec(name: str, limit: int | None, sample: str = "first", seed: int = 0) -> DatasetSpec:
+    return DatasetSpec(name, str(DATA / name / "test.jsonl.gz"), 5, "none", limit, sample=sample, seed=seed)
+
+
+def test_permutation_is_seeded_and_pinned_across_python_versions():
+    from harness.data import permutation
+
+    assert sorted(permutation(1000, 0)) == list(range(1000))
+    assert permutation(1000, 0) == permutation(1000, 0) and permutation(1000, 0) != permutation(1000, 1)
+    # built on random.Random(seed).random() only, whose sequence Python guarantees: these never change
+    assert permutation(10, 0) == [9, 4, 0, 5, 2, 7, 1, 3, 6, 8]
+    assert permutation(10, 1) == [8, 0, 3, 4, 5, 2, 9, 6, 7, 1]
+    assert permutation(0, 0) == [] and permutation(1, 5) == [0]
+
+
+def test_shuffled_sample_is_a_deterministic_permutation_of_the_split():
+    every = [e.id for e in load_dataset(_spec("nq", None))]
+    shuffled = [e.id for e in load_dataset(_spec("nq", None, "shuffled", 0))]
+    assert sorted(shuffled) == sorted(every) and shuffled != every
+    assert [e.id for e in load_dataset(_spec("nq", 50, "shuffled", 0))] == shuffled[:50]  # limit cuts after
+    assert [e.id for e in load_dataset(_spec("nq", 50, "shuffled", 1))] != shuffled[:50]
+    assert [e.id for e in load_dataset(_spec("nq", 50, "first", 7))] == every[:50]  # the seed only shuffles
+
+
+def test_hotpotqa_shuffled_200_holds_yes_no_comparison_questions_the_first_200_lack():
+    def yes_no(exs) -> list:
+        return [e for e in exs if {a.lower() for a in e.answers} & {"yes", "no"}]
+
+    assert yes_no(load_dataset(_spec("hotpotqa", 200))) == []  # the file's first 200: none
+    found = yes_no(load_dataset(_spec("hotpotqa", 200, "shuffled", 0)))
+    assert len(found) == 21 and {a.lower() for e in found for a in e.answers} == {"yes", "no"}
+
+
+def test_a_bad_sample_or_seed_is_a_config_error():
+    from harness.validate import ConfigError
+
+    with pytest.raises(ConfigError, match=r"dataset\.sample='random'"):
+        load_dataset(_spec("nq", 5, "random"))
+    with pytest.raises(ConfigError, match=r"dataset\.seed=-1"):
+        load_dataset(_spec("nq", 5, "shuffled", -1))
+
+
+def test_the_run_folder_names_a_sample_only_when_it_is_not_the_default():
+    from hydra import compose, initialize_config_dir
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf
+
+    from harness.config import register_resolvers
+    from harness.provenance import REPO_ROOT
+
+    register_resolvers()
+    base = "results/embedded/smollm2-135m-instruct-vllm/nq/bm25/"
+    cases = {
+        (): base,  # as before samples existed
+        ("dataset.sample=first", "dataset.seed=3"): base,
+        ("dataset.sample=shuffled",): base + "dataset.sample=shuffled,dataset.seed=0",
+        ("dataset.sample=shuffled", "dataset.seed=2", "method.top_k=2"): (
+            base + "dataset.sample=shuffled,dataset.seed=2,method.top_k=2"
+        ),
+    }
+    with initialize_config_dir(str(REPO_ROOT / "conf"), version_base="1.3"):
+        for extra, want in cases.items():
+            overrides = ["method=bm25", "dataset=nq", "generator=smollm2_vllm", "results_dir=results", *extra]
+            cfg = compose("config", overrides=overrides, return_hydra_config=True)
+            HydraConfig.instance().set_config(cfg)
+            assert OmegaConf.select(cfg, "hydra.run.dir") == want
+            assert "dataset.s" not in cfg.hydra.job.override_dirname  # the leaderboard's variant name
+
+
+def test_the_run_key_names_a_sample_only_when_it_is_not_the_default():
+    from hydra import compose, initialize_config_dir
+    from omegaconf import open_dict
+
+    from harness.config import register_resolvers
+    from harness.provenance import REPO_ROOT
+    from harness.records import config_key
+    from harness.runner import key_config
+
+    register_resolvers()
+    with initialize_config_dir(str(REPO_ROOT / "conf"), version_base="1.3"):
+        key = lambda *extra: config_key(key_config(compose("config", overrides=["method=bm25", *extra])))  # noqa: E731
+        before = compose("config", overrides=["method=bm25"])
+        with open_dict(before):
+            del before.dataset["sample"], before.dataset["seed"]  # the dataset config before samples existed
+        assert key() == key("dataset.seed=4") == key("dataset.sample=first") == config_key(key_config(before))
+        shuffled = key_config(compose("config", overrides=["method=bm25", "dataset.sample=shuffled"]))
+        assert shuffled["dataset"]["sample"] == "shuffled" and shuffled["dataset"]["seed"] == 0
+        assert len({key(), key("dataset.sample=shuffled"), key("dataset.sample=shuffled", "dataset.seed=1")}) == 3

@@ -634,3 +634,18 @@ def test_subem_vs_cr_draws_mostly_empty_rows_hollow_and_labels_their_share(tmp_p
     assert "hollow ∅75%" in labels and "half" in labels and "bm25" in labels  # half: not more than half
     faces = {(round(ln.get_xdata()[0], 6), ln.get_markerfacecolor()) for ln in ax.lines if ln.get_marker() == "o"}
     assert (20.5, "none") in faces and all(f != "none" for x, f in faces if x != 20.5)
+
+
+def test_a_shuffled_sample_is_a_column_not_a_variant_and_the_newest_run_wins(tmp_path):
+    grid(tmp_path, n=8, datasets=("nq",))
+    folder = write_run(
+        tmp_path / "later", "bm25", "nq", [("Paris", ["Paris"])] * 8, finished="2026-11-21T10:00:00+0000"
+    )
+    summary = json.loads((folder / "summary.json").read_text())
+    (folder / "summary.json").write_text(json.dumps({**summary, "sample": "shuffled", "sample_seed": 0}))
+    runs = collect([tmp_path / "embedded", tmp_path / "later"]).set_index("variant")
+    assert runs.loc["bm25", "sample"] == "shuffled seed 0" and runs.loc["bm25", "subem"] == 100.0
+    assert runs.loc["full", "sample"] == "first"  # a summary written before samples: the split's first n
+    publish(tmp_path, tmp_path / "out", resamples=50)
+    md = (tmp_path / "out" / "leaderboard.md").read_text()
+    assert "(n = 8 per dataset; sample: first, shuffled seed 0)" in md

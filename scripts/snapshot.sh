@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# The leaderboard snapshot on a representative sample: every method variant of conf/method x nq, triviaqa,
+# hotpotqa, on the first 200 questions of a seeded permutation of each split (dataset.sample=shuffled
+# dataset.seed=0), into the results root results-snapshot, one run after another in one Hydra multirun (one
+# process: the generator loads once). Resumable: re-running skips the examples already recorded.
+#
+#   scripts/snapshot.sh [baselines|trained|all] [extra Hydra overrides...]    (default: all)
+#
+# baselines: the variants that need no trained artifact; trained: those that load models trained here
+# (CompSelect and its ablations, FineFilter, the CSM surrogates, EXIT's variants). Every variant of conf/method is
+# in exactly one group (tests/test_configs.py checks). RESULTS=<dir> changes the results root, DRY_RUN=1 prints
+# the command instead of running it. Then: python -m leaderboard archive results-snapshot leaderboard/runs, and
+# python -m leaderboard publish leaderboard/runs leaderboard/snapshot.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+BASELINES=(
+  naive full oracle_sentences
+  bm25 bm25_sentences_rate0.25
+  bge_reranker bge_reranker_sentences_rate0.25 bge_reranker_v2_m3
+  recomp_extr recomp_abs refiner
+  longllmlingua longllmlingua_rate0.55
+  selective_context selective_context_ratio0.68
+  ci_oracle ci_oracle_sentences
+  edc2
+)
+TRAINED=(
+  compselect compselect_direct compselect_no_extractor compselect_no_reranker compselect_no_truncator
+  compselect_random_truncation
+  finefilter
+  csm csm_e2e csm_sentences
+  exit exit_threshold0.35
+)
+
+group=${1:-all}
+[ $# -gt 0 ] && shift
+case "$group" in
+  baselines) methods=("${BASELINES[@]}") ;;
+  trained) methods=("${TRAINED[@]}") ;;
+  all) methods=("${BASELINES[@]}" "${TRAINED[@]}") ;;
+  *) echo "usage: $0 [baselines|trained|all] [hydra overrides...]" >&2; exit 2 ;;
+esac
+
+cmd=(
+  "${PYTHON:-.venv/bin/python}" -m harness -m
+  "method=$(IFS=,; echo "${methods[*]}")"
+  dataset=nq,triviaqa,hotpotqa dataset.sample=shuffled dataset.seed=0 limit=200
+  "results_dir=${RESULTS:-results-snapshot}"
+  "$@"
+)
+if [ -n "${DRY_RUN:-}" ]; then
+  echo "${cmd[*]}"
+else
+  exec "${cmd[@]}"
+fi
