@@ -46,7 +46,6 @@ def test_adapters_leave_the_generator_unchanged(generator, tmp_path):
             assert not torch.allclose(logits(lm.model, ids), before_logits, atol=1e-3)  # ... adapters act ...
     with lm._context(None):
         assert torch.equal(logits(lm.model, ids), before_logits)
-    lm.generate(prompt, "extractor", 4)
     assert torch.equal(logits(generator.model, ids), before_logits)  # ... and the generator is untouched
     assert generator.generate(prompt)[0].text == before_text
     assert type(generator.model.model.layers[0].self_attn.q_proj) is torch.nn.Linear
@@ -187,9 +186,21 @@ def test_paper_profile_path_on_tiny_random_models(tmp_path, generator):
     llama.save_pretrained(tmp_path / "llama")
     tok.save_pretrained(tmp_path / "llama")
     adapter = random_adapter(llama, tmp_path / "lora", target_modules="all-linear", r=64)
+    prompt = [{"role": "user", "content": "Question: who?"}]
     lm = LoraLM(str(tmp_path / "llama"), {"extractor": str(adapter)}, dtype="bfloat16")
-    out = lm.generate([[{"role": "user", "content": "Question: who?"}]], "extractor", 5)
-    assert isinstance(out[0], str)
+    with lm._context("extractor"):  # training side: PEFT on the bf16 base
+        assert torch.isfinite(logits(lm.model, torch.tensor([lm.encode(prompt)]))).all()
+    # inference side: the model layer merges the adapter into derived weights (what vLLM serves on the GPU);
+    # compared in fp32 with PEFT's unmerged adapter
+    from harness.lm import get_lm
+
+    fp32 = LoraLM(str(tmp_path / "llama"), {"extractor": str(adapter)})
+    ids = torch.tensor([fp32.encode(prompt)])
+    with fp32._context("extractor"):
+        tuned = logits(fp32.model, ids)
+    merged = get_lm(str(tmp_path / "llama"), engine="transformers", dtype="float32", adapter=str(adapter))
+    assert torch.allclose(logits(merged.engine.model, ids), tuned, atol=1e-4)
+    assert merged.generate([prompt], 5)[0].token_ids
 
     DistilBertModel(DistilBertConfig(vocab_size=30522, dim=32, hidden_dim=64, n_layers=2, n_heads=2)).save_pretrained(
         tmp_path / "distilbert"
@@ -278,3 +289,73 @@ def test_extractor_sft_on_a_real_slice_lowers_the_loss(generator, nq5):
                            warmup_ratio=0.0, seed=0)
     assert report["optimizer_steps"] == 6
     assert report["val_loss_after"] < 0.8 * report["val_loss_before"]
+
+
+RESUME_SCRIPT = """
+import os, signal, sys, torch
+from transformers import LlamaConfig, LlamaForCausalLM
+from methods.compselect.sft import SFTExample, train_lora
+
+def tiny():
+    torch.manual_seed(0)
+    return LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                        num_attention_heads=4, num_key_value_heads=2))
+
+def data():
+    g = torch.Generator().manual_seed(1)
+    ids = lambda n: torch.randint(0, 64, (n,), generator=g).tolist()
+    ex = lambda: SFTExample(ids(12), ids(4))
+    return [ex() for _ in range(8)], [ex() for _ in range(3)]
+
+def run(ckpt, kill_at=None):
+    train, val = data()
+    def on_step(step):
+        if step == kill_at:
+            os.kill(os.getpid(), signal.SIGKILL)
+    model, report = train_lora(tiny(), train, val, r=4, alpha=8, dropout=0.0, target_modules=["q_proj", "v_proj"],
+                               lr=5e-3, epochs=3, grad_accum=2, warmup_ratio=0.1, seed=0, checkpoint=ckpt,
+                               save_every=2, eval_every=2, select_best=True, on_step=on_step)
+    return {k: v for k, v in model.named_parameters() if v.requires_grad}, report
+
+if __name__ == "__main__":
+    run(sys.argv[1], int(sys.argv[2]))
+"""
+
+
+def test_interrupted_training_resumes_to_the_uninterrupted_adapter(tmp_path):
+    """``kill -9`` in the middle of LoRA SFT (after the step-4 checkpoint, during step 5), then the same call:
+    it resumes at step 4 and ends with exactly the adapter, losses and selected step of an uninterrupted run."""
+    import os
+    import runpy
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    script = tmp_path / "resume_case.py"
+    script.write_text(RESUME_SCRIPT)
+    case = runpy.run_path(str(script))
+    ckpt = tmp_path / "ckpt.pt"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    killed = subprocess.run([sys.executable, str(script), str(ckpt), "5"], env=env, capture_output=True, timeout=300)
+    assert killed.returncode == -9 and ckpt.is_file()  # died by SIGKILL, leaving the step-4 checkpoint
+    resumed, r_report = case["run"](ckpt)
+    whole, w_report = case["run"](None)
+    assert r_report["resumed_at_step"] == 4 and w_report["resumed_at_step"] is None
+    assert r_report["optimizer_steps"] == w_report["optimizer_steps"] == 12
+    assert r_report["step_losses"] == w_report["step_losses"]
+    assert r_report["val_history"] == w_report["val_history"] and len(w_report["val_history"]) == 6
+    assert r_report["selected_step"] == w_report["selected_step"]
+    best = min(w_report["val_history"], key=lambda x: x[1])
+    assert w_report["selected_step"] == best[0] and w_report["val_loss_after"] == pytest.approx(best[1])
+    assert resumed.keys() == whole.keys()
+    assert all(torch.equal(resumed[k], whole[k]) for k in whole)
+    assert not ckpt.exists()  # a completed run removes its checkpoint
+    # a checkpoint of other settings is refused, not mixed in
+    subprocess.run([sys.executable, str(script), str(ckpt), "3"], env=env, capture_output=True, timeout=300)
+    train, val = case["data"]()
+    from methods.compselect.sft import train_lora
+
+    with pytest.raises(ValueError, match="other settings or data"):
+        train_lora(case["tiny"](), train, val, r=4, alpha=8, dropout=0.0, target_modules=["q_proj", "v_proj"],
+                   lr=1e-3, epochs=3, grad_accum=2, warmup_ratio=0.1, seed=0, checkpoint=ckpt, save_every=2)

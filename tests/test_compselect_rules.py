@@ -6,7 +6,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from methods.compselect.cache import CallCache
 from methods.compselect.cascade import cascade
 from methods.compselect.labels import (
     answer_sentences,
@@ -165,23 +164,6 @@ def test_cascade_flags():
     assert c == {"eligible": True, "recall1": 0.0, "hit2_at1": 0.0, "recall3": 0.0}
     c = cascade(passages, [], [], [], ["1890"])
     assert c["eligible"] is False and c["recall1"] is None
-
-
-def test_call_cache_computes_each_prompt_once(tmp_path):
-    calls = []
-
-    def compute(prompts):
-        calls.extend(prompts)
-        return [p.upper() for p in prompts]
-
-    cache = CallCache(tmp_path / "c.jsonl", {"model": "m", "path": "/somewhere"})
-    assert cache.get(["a", "b", "a"], compute) == ["A", "B", "A"]
-    again = CallCache(tmp_path / "c.jsonl", {"model": "m", "path": "/elsewhere"})  # paths do not key
-    assert again.get(["b", "a"], compute) == ["B", "A"]
-    assert calls == ["a", "b"] and again.hits == 2
-    other = CallCache(tmp_path / "c.jsonl", {"model": "m2"})
-    other.get(["a"], compute)
-    assert calls == ["a", "b", "a"]
 
 
 def test_empty_truncation_means_closed_book():

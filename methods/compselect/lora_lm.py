@@ -1,5 +1,6 @@
-"""The extractor's and truncator's LM: one base causal LM with named LoRA adapters, and batched greedy
-generation.
+"""The extractor's and truncator's LM *for training*: one base causal LM with named LoRA adapters (LoRA SFT in
+``sft.train_lora``, validation losses). Inference and labelling go through the model layer instead
+(``harness.lm.get_lm(..., adapter=...)``: the adapter merged into derived weights, served by the shared engine).
 
 The base model is the process-wide instance from ``harness.resources.causal_lm``, which the generator may
 share (embedded profile: SmolLM2 is both). ``peft`` injects LoRA layers into the module tree it is given, so
@@ -15,7 +16,6 @@ from __future__ import annotations
 import copy
 import json
 import logging
-from collections.abc import Sequence
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
@@ -114,44 +114,6 @@ class LoraLM:
             ids.append(self.tokenizer.eos_token_id)
         return [i for i in ids if i is not None]
 
-    def generate(
-        self, prompts: Sequence[Messages], adapter: str | None, max_new_tokens: int, batch_size: int = 8
-    ) -> list[str]:
-        """Greedy completions of chat prompts, left-padded batches sorted by length, returned in input
-        order."""
-        return self.generate_ids([self.encode(m) for m in prompts], adapter, max_new_tokens, batch_size)
-
-    def generate_ids(
-        self, encoded: Sequence[list[int]], adapter: str | None, max_new_tokens: int, batch_size: int = 8
-    ) -> list[str]:
-        import torch
-
-        out: list[str] = [""] * len(encoded)
-        order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
-        pad = self.tokenizer.pad_token_id
-        eos = self.eos_ids()
-        with self._context(adapter), torch.inference_mode():
-            for start in range(0, len(order), max(batch_size, 1)):
-                idx = order[start : start + batch_size]
-                width = max(len(encoded[i]) for i in idx)
-                ids = torch.full((len(idx), width), pad, dtype=torch.long)
-                att = torch.zeros((len(idx), width), dtype=torch.long)
-                for row, i in enumerate(idx):
-                    ids[row, width - len(encoded[i]) :] = torch.tensor(encoded[i])
-                    att[row, width - len(encoded[i]) :] = 1
-                gen = self.model.generate(
-                    input_ids=ids.to(self.base.device),
-                    attention_mask=att.to(self.base.device),
-                    max_new_tokens=max_new_tokens,
-                    do_sample=False,
-                    num_beams=1,
-                    pad_token_id=pad,
-                    eos_token_id=eos,
-                )
-                for row, i in enumerate(idx):
-                    out[i] = self.tokenizer.decode(gen[row, width:].tolist(), skip_special_tokens=True).strip()
-        return out
-
     def describe(self) -> dict[str, Any]:
         from harness.models import resolve
 
@@ -167,17 +129,3 @@ class LoraLM:
 def _adapter_info(path: str) -> dict[str, Any]:
     cfg = json.loads((Path(path) / "adapter_config.json").read_text())
     return {k: cfg.get(k) for k in ("r", "lora_alpha", "target_modules")}
-
-
-def shared_lora_lm(
-    ref: str,
-    adapters: dict[str, str | None],
-    dtype: str = "float32",
-    device: str = "cpu",
-    trust_remote_code: bool = False,
-) -> LoraLM:
-    """One ``LoraLM`` per (base, adapters, dtype, device) in the process (a multirun over variants reuses
-    it)."""
-    clean = {k: str(v) for k, v in adapters.items() if v}
-    key = ("compselect_lora_lm", ref, dtype, device, tuple(sorted(clean.items())))
-    return resources.shared(key, lambda: LoraLM(ref, clean, dtype, device, trust_remote_code))

@@ -10,7 +10,9 @@ The CompSelect training pipeline (000 section 4; papers.md 3.11), configured by
 3. the clues reranked by the trained reranker; K = the smallest prefix the generator answers correctly from
    (0 when none) -> truncator LoRA SFT on the kept-prefix text (or on K, ``truncator.output=index``).
 
-Every generator and extractor call is cached (``cache.CallCache``), so a re-run only re-trains. ``out_dir``
+Every generator and extractor call goes through the model layer (``harness.lm``: the shared vLLM engine by default,
+the extractor adapter merged into derived weights) and its persistent call cache, so a re-run only re-trains;
+training itself runs in transformers (``lora_lm.LoraLM``, ``sft.train_lora``: resumable, see there). ``out_dir``
 gets ``extractor/``, ``reranker/``, ``truncator/``, the labels (``labels/*.jsonl``), ``splits.json`` and
 ``manifest.json`` (seeds, data hashes, configuration, per-stage reports and times).
 """
@@ -93,23 +95,18 @@ def make_splits(sets: dict[str, list], cfg: DictConfig) -> dict[str, dict[str, l
 
 
 class Labeller:
-    """The generator's verdicts on (question, clue list) prompts, cached: SubEM of its answer against the
-    golds."""
+    """The generator's verdicts on (question, clue list) prompts: SubEM of its answer against the golds (its
+    calls go through the model layer's cache)."""
 
-    def __init__(self, generator, cache_path: Path) -> None:
-        from methods.compselect.cache import CallCache
-
+    def __init__(self, generator) -> None:
         self.generator = generator
-        self.cache = CallCache(cache_path, {"generator": generator.describe()})
-
-    def _compute(self, prompts: list[Any]) -> list[dict[str, str]]:
-        return [{"text": g.text, "answer": g.answer} for g in self.generator.generate(prompts)]
+        self.calls = 0
 
     def answers(self, items: Sequence[tuple[str, list[str]]]) -> list[str]:
         from harness.prompt import build_messages
 
-        rows = self.cache.get([build_messages(q, docs) for q, docs in items], self._compute)
-        return [r["answer"] for r in rows]
+        self.calls += len(items)
+        return [g.answer for g in self.generator.generate([build_messages(q, docs) for q, docs in items])]
 
     def correct(self, items: Sequence[tuple[str, list[str], Sequence[str]]]) -> list[bool]:
         from harness.metrics import subem
@@ -141,22 +138,18 @@ def truncation_labels(
 
 class NllLabeller:
     """The generator's teacher-forced gold-answer NLL for (question, clue list) prompts, the minimum over the
-    first ``max_answers`` gold aliases; every (prompt, answer) is cached."""
+    first ``max_answers`` gold aliases (calls cached by the model layer)."""
 
-    def __init__(self, generator, cache_path: Path, max_answers: int = 5) -> None:
-        from methods.compselect.cache import CallCache
-
+    def __init__(self, generator, max_answers: int = 5) -> None:
         self.generator, self.max_answers = generator, max_answers
-        self.cache = CallCache(cache_path, {"generator": generator.describe(), "call": "answer_nll"})
+        self.calls = 0
 
     def nll(self, items: Sequence[tuple[str, list[str], Sequence[str]]]) -> list[float]:
         from harness.prompt import build_messages
 
         pairs = [(build_messages(q, docs), a) for q, docs, golds in items for a in list(golds)[: self.max_answers]]
-        values = self.cache.get(
-            [{"messages": m, "answer": a} for m, a in pairs],
-            lambda ps: self.generator.answer_nll([p["messages"] for p in ps], [p["answer"] for p in ps]),
-        )
+        self.calls += len(pairs)
+        values = self.generator.answer_nll([m for m, _ in pairs], [a for _, a in pairs])
         out, i = [], 0
         for _, _, golds in items:
             n = len(list(golds)[: self.max_answers])
@@ -231,6 +224,11 @@ def sft_stage(name: str, cfg_stage: DictConfig, cfg: DictConfig, lm, train_ex, v
         warmup_ratio=float(cfg_stage.warmup_ratio),
         seed=int(cfg.seed),
         loss_norm=str(cfg_stage.get("loss_norm") or "example"),
+        checkpoint=out / f".{name}.checkpoint.pt",  # resumed after a kill, removed when the stage completes
+        save_every=int(cfg_stage.get("save_every") or 0),
+        eval_every=int(cfg_stage.get("eval_every") or 0),
+        select_best=bool(cfg_stage.get("select_best")),
+        progress=bool(cfg.get("progress", True)),
     )
     save_adapter(model, out / name, cfg.lm, "float16" if cfg.dtype == "float32" else cfg.dtype)
     del model
@@ -290,9 +288,10 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     import torch
 
     from harness import provenance, resources
-    from harness.models import cache_dir, resolve
+    from harness.lm import cache as lm_cache
+    from harness.lm import get_lm, release
+    from harness.models import resolve
     from harness.runner import get_generator
-    from methods.compselect.cache import CallCache
     from methods.compselect.labels import balance_empty, reranker_pairs
     from methods.compselect.lora_lm import LoraLM, adapter_digest
     from methods.compselect.method import extractor_input
@@ -306,7 +305,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     random.seed(int(cfg.seed))
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    cache_root = Path(cfg.cache_dir) if cfg.cache_dir else cache_dir() / "compselect"
+    replays_before = lm_cache.REPLAYS.calls
     stages = set(cfg.stages)
     if not stages <= set(STAGES):  # checked before hours of labelling, not after
         raise ValueError(f"stages={sorted(stages)}; valid: {', '.join(STAGES)}")
@@ -329,7 +328,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         generator = generator[0] if isinstance(generator, tuple) else generator  # (generator, fresh) in newer cores
         encoder = resources.sentence_encoder(cfg.encoder)
     (out / "splits.json").write_text(json.dumps(splits, indent=1))
-    labeller = Labeller(generator, cache_root / "generator_calls.jsonl")
+    labeller = Labeller(generator)
 
     # 1. extractor -------------------------------------------------------------------------------------------
     with watch("extractor_targets"):
@@ -375,27 +374,21 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             }
 
     # 2. reranker labels -------------------------------------------------------------------------------------
-    ext_lm = LoraLM(cfg.lm, {"extractor": str(out / "extractor")}, cfg.dtype, cfg.device)
     if "extractor" not in stages and "extractor" not in previous_reports(out):
+        tuned = LoraLM(cfg.lm, {"extractor": str(out / "extractor")}, cfg.dtype, cfg.device)
         manifest["extractor"] = {
             "targets": ext_stats,
-            "train": evaluated_afterwards(lm, ext_lm, "extractor", ext_examples(targets["val"])),
+            "train": evaluated_afterwards(lm, tuned, "extractor", ext_examples(targets["val"])),
         }
-    ext_cache = CallCache(
-        cache_root / "extractor_calls.jsonl",
-        {
-            "lm": resolve(cfg.lm).describe(),
-            "adapter": adapter_digest(out / "extractor"),
-            "max_new_tokens": int(cfg.extractor.max_new_tokens),
-        },
-    )
     label_ids = splits["labels"]["train"] + splits["labels"]["val"]
     with watch("extract_label_questions"):
-        inputs = [extractor_input(ext_lm, by_id[i], int(cfg.extractor.max_input_tokens)) for i in label_ids]
-        outs = ext_cache.get(
-            [x.messages for x in inputs],
-            lambda ps: ext_lm.generate(ps, "extractor", int(cfg.extractor.max_new_tokens), 8),
-        )
+        extractor_path = str(out / "extractor")
+        infer = get_lm(cfg.lm, engine=cfg.engine, dtype=cfg.inference_dtype, adapter=extractor_path,
+                       device=cfg.device)
+        inputs = [extractor_input(infer, by_id[i], int(cfg.extractor.max_input_tokens)) for i in label_ids]
+        outs = [o.text.strip() for o in infer.generate([x.messages for x in inputs],
+                                                       int(cfg.extractor.max_new_tokens))]
+        release(lambda m: m.info.get("adapter") == extractor_path)  # its engine's memory back before training
         clues = {i: map_clues(o, x.sentences[: x.shown])[0] for i, o, x in zip(label_ids, outs, inputs, strict=True)}
     with watch("reranker_labels"):
         items = [(i, c) for i in label_ids for c in clues[i]]
@@ -459,8 +452,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         paper_ks = truncation_labels(labeller, asked, cfg.truncator.scan)
         nlls: list[list[float] | None] = [None] * len(questions)
         final_ks = paper_ks
+        nll_labeller = NllLabeller(generator)
         if fallback == "likelihood":
-            nll_labeller = NllLabeller(generator, cache_root / "generator_nll_calls.jsonl")
             final_ks, nlls = likelihood_fallback(nll_labeller, asked, paper_ks)
         ks = dict(zip(questions, final_ks, strict=True))
     write_jsonl(
@@ -546,10 +539,11 @@ def run(cfg: DictConfig) -> dict[str, Any]:
                 for n in dict.fromkeys((*STAGES, trunc_name, *previous_reports(out)))  # incl. other truncators
                 if (out / n).is_dir()
             },
-            "cache": {
-                "dir": str(cache_root),
-                "generator_calls": {"hits": labeller.cache.hits, "misses": labeller.cache.misses},
-                "extractor_calls": {"hits": ext_cache.hits, "misses": ext_cache.misses},
+            "lm_calls": {
+                "cache": str(lm_cache.cache_path()) if lm_cache.enabled() else None,
+                "generator": labeller.calls + nll_labeller.calls,
+                "extractor": len(label_ids),
+                "replayed": lm_cache.REPLAYS.calls - replays_before,
             },
             "times": watch.times,
             "total": {

@@ -21,8 +21,8 @@ DATASETS = ("nq", "triviaqa", "hotpotqa")  # the training sets; only their quest
 
 def main(argv: list[str] | None = None) -> dict:
     from harness.data import DatasetSpec, load_dataset
+    from harness.lm import get_lm
     from harness.models import resolve
-    from methods.compselect.lora_lm import LoraLM
     from methods.compselect.parsing import parse_truncation
     from methods.compselect.prompts import truncator_messages
 
@@ -32,14 +32,16 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--data", default=os.environ.get("RAG_HARNESS_DATA") or str(REPO_ROOT.parent / "shared/data"))
     ap.add_argument("--lm", default="embedded:smollm2-135m-instruct")
     ap.add_argument("--output", choices=("text", "index"), default="text", help="what the truncator was trained on")
+    ap.add_argument("--engine", choices=("vllm", "transformers"), default="vllm")
     args = ap.parse_args(argv)
     rows = [json.loads(line) for line in Path(args.labels).read_text().splitlines() if line.strip()]
     questions = {}
     for name in DATASETS:
         path = Path(args.data) / name / "train.jsonl.gz"
         questions.update({e.id: e.question for e in load_dataset(DatasetSpec(name, str(path), 5, "none", None))})
-    lm = LoraLM(args.lm, {"truncator": args.adapter})
-    outs = lm.generate([truncator_messages(questions[r["id"]], r["ranked"]) for r in rows], "truncator", 128, 8)
+    lm = get_lm(args.lm, engine=args.engine, adapter=args.adapter)
+    prompts = [truncator_messages(questions[r["id"]], r["ranked"]) for r in rows]
+    outs = [o.text.strip() for o in lm.generate(prompts, 128)]
     ks = [parse_truncation(o, r["ranked"], args.output) for o, r in zip(outs, rows, strict=True)]
     report = {
         "lm": resolve(args.lm).describe()["source"],

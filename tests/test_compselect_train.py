@@ -1,0 +1,66 @@
+"""The CompSelect training pipeline end to end on a small real slice: extractor SFT, labelling with the merged
+extractor and the generator through the model layer (vLLM), reranker and truncator training, the manifest; a
+re-run replays every LM call from the model layer's cache."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.conftest import DATA, REPO
+
+pytestmark = pytest.mark.slow
+
+
+def compose(out, overrides=()):
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(str(REPO / "conf"), version_base="1.3"):
+        return compose("train/compselect", overrides=[
+            f"out_dir={out}", f"data.root={DATA}", "threads=2", "progress=false",
+            "data.val_fraction=0.34", "extractor.max_input_tokens=512", "extractor.max_new_tokens=48",
+            "extractor.epochs=3", "extractor.lr=2e-3", "extractor.grad_accum=2",
+            "extractor.eval_every=2", "extractor.save_every=2",
+            "reranker.epochs=1", "reranker.batch_size=4", "reranker.warmup_steps=1",
+            "truncator.max_new_tokens=48", "truncator.epochs=1", "truncator.grad_accum=2",
+            "truncator.eval_every=2", *overrides,
+        ])
+
+
+def test_training_pipeline_on_a_small_slice_and_its_rerun_replays_every_call(tmp_path, monkeypatch):
+    pytest.importorskip("vllm")
+    from omegaconf import OmegaConf
+
+    from harness.lm import cache
+    from methods.compselect import train
+
+    cache.configure(enabled=True, path=str(tmp_path / "calls.sqlite"))
+    try:
+        cfg = compose(tmp_path / "out")
+        OmegaConf.update(cfg, "data.extractor", {"nq": 10}, merge=False)
+        OmegaConf.update(cfg, "data.labels", {"nq": 6}, merge=False)
+        m = train.run(cfg)
+        out = tmp_path / "out"
+        for stage in ("extractor", "reranker", "truncator"):
+            assert (out / stage / "adapter_config.json").is_file() or (out / stage).is_dir()
+            assert "train" in m[stage]
+        ext = m["extractor"]["train"]
+        assert ext["val_history"] and ext["selected_step"] in [s for s, _ in ext["val_history"]]
+        assert not list(out.glob(".*.checkpoint.pt"))  # completed stages leave no checkpoint
+        calls = m["lm_calls"]
+        assert calls["extractor"] == 6 and calls["generator"] > 0
+        # only repeats are replayed in a first run (a truncation prefix D_1 is the clue the reranker labels asked)
+        assert calls["replayed"] < calls["generator"]
+        rer = [json.loads(x) for x in (out / "labels" / "reranker_labels.jsonl").read_text().splitlines()]
+        assert len(rer) == 6 and sum(len(r["clues"]) for r in rer) == m["labels_only"]["reranker_labels"]["clues"]
+        assert m["models"]["generator"]["lm"]["engine"] == "vllm"
+        # the same command again, re-training only the truncator: every labelling call is replayed
+        again = compose(out, ["stages=[truncator]"])
+        OmegaConf.update(again, "data.extractor", {"nq": 10}, merge=False)
+        OmegaConf.update(again, "data.labels", {"nq": 6}, merge=False)
+        m2 = train.run(again)
+        assert m2["lm_calls"]["replayed"] == m2["lm_calls"]["generator"] + m2["lm_calls"]["extractor"]
+        assert m2["extractor"] == m["extractor"] and m2["reranker"] == m["reranker"]  # kept, not re-run
+    finally:
+        cache.configure()
