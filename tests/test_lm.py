@@ -82,6 +82,29 @@ def test_short_tails_scored_through_the_prefix_cache_equal_whole_prompt_scores(v
         assert t == pytest.approx(w[st:], abs=2e-3)
 
 
+def test_transformers_shared_prefix_scoring_equals_the_padded_batch(hf_lm, nq5):
+    """Leave-one-out prompts with answers (CI-value scoring) take the key/value-cache path; the values equal
+    those of the padded batch, which prompts without shared prefixes take."""
+    from harness.lm.prefixes import mostly_shared
+
+    e = nq5[0]
+    docs = [p.render() for p in e.passages[:4]]
+    contexts = [docs] + [docs[:i] + docs[i + 1 :] for i in range(len(docs))]
+    heads = [hf_lm.encode_chat(build_messages(e.question, c)) for c in contexts]
+    seqs, starts = [], []
+    for h in heads:
+        for a in (e.answers[0], "Paris"):
+            seqs.append(h + hf_lm.answer_ids(a))
+            starts.append(len(h) - 1)
+    assert mostly_shared(seqs) and not mostly_shared([seqs[0], list(reversed(seqs[0]))])
+    shared = hf_lm.engine._shared_prefix_logprobs(seqs, starts)
+    padded = [r for i in range(len(seqs)) for r in hf_lm.engine.prompt_logprobs([seqs[i]], [starts[i]])]
+    assert hf_lm.engine.prompt_logprobs(seqs, starts) == shared  # the path a CI batch takes
+    for x, y in zip(shared, padded, strict=True):
+        # fp32 in another order (one sequence on a cache vs a padded batch): ~2e-4
+        assert len(x) == len(y) > 1 and x == pytest.approx(y, abs=5e-4)
+
+
 def test_merged_adapter_gives_the_peft_adapters_greedy_tokens(hf_lm, prompts):
     """The merged weights folder (what vLLM serves) answers like PEFT's unmerged adapter."""
     import torch

@@ -2,7 +2,11 @@
 
 The selectable alternative to vLLM (``engine: transformers``) and the fallback where vLLM cannot serve a call
 (a model architecture vLLM lacks, a PEFT adapter left unmerged for training). Every operation takes token ids,
-sorts prompts by length and returns results in input order.
+sorts prompts by length and returns results in input order. ``prompt_logprobs`` over prompts that mostly share
+prefixes (leave-one-out contexts, several answers after one prompt) runs them one at a time instead, each
+continuing the key/value cache of the earlier prompt it shares most with, and computes the vocabulary
+projection only where a scored token is predicted (``_shared_prefix_logprobs``; same values to ~1e-5, about
+half the work on CI-value labelling).
 """
 
 from __future__ import annotations
@@ -103,6 +107,11 @@ class TransformersEngine:
         """log p(token j | tokens < j) for j = start[i] + 1 .. len - 1 of each prompt."""
         import torch
 
+        from harness.lm.prefixes import mostly_shared
+
+        if mostly_shared(prompts) and hasattr(self.model, "get_decoder"):
+            return self._shared_prefix_logprobs(prompts, start)
+
         out: list[list[float]] = [[] for _ in prompts]
         for idx in self._batches([len(p) for p in prompts]):
             seqs = [list(prompts[i]) for i in idx]
@@ -112,4 +121,42 @@ class TransformersEngine:
                 n = len(seqs[row])
                 first = width - n  # position of the prompt's first token in the padded row
                 out[i] = (-nll[row, first + start[i] : width - 1]).tolist()
+        return out
+
+    def _shared_prefix_logprobs(self, prompts: Sequence[list[int]], start: Sequence[int]) -> list[list[float]]:
+        """``prompt_logprobs`` one prompt at a time, reusing the key/value cache of the earlier prompt (one of the
+        last ``prefixes.MAX_BASES`` mostly-new ones) with the longest common prefix, cropped to what is shared."""
+        import copy
+
+        import torch
+
+        from harness.lm.prefixes import MAX_BASES, best_base
+
+        body, head = self.model.get_decoder(), self.model.get_output_embeddings()
+        bases: list[tuple[list[int], Any]] = []
+        out: list[list[float]] = []
+        with torch.inference_mode():
+            for ids, s in zip(prompts, start, strict=True):
+                ids, s = list(ids), int(s)
+                if s + 1 >= len(ids):
+                    out.append([])
+                    continue
+                at, shared = best_base(ids, [b for b, _ in bases])
+                keep = min(shared, s)  # hidden states are needed from position s on
+                cache = None
+                if at >= 0 and keep > 0:
+                    cache = copy.deepcopy(bases[at][1])
+                    extra = cache.get_seq_length() - keep
+                    if extra > 0:  # crop(-n) drops the last n tokens (crop(0) would drop them all)
+                        cache.crop(-extra)
+                else:
+                    keep = 0
+                o = body(input_ids=torch.tensor([ids[keep:]], device=self.device), past_key_values=cache,
+                         use_cache=True)
+                if shared < len(ids) // 2:  # mostly new text: a base for the prompts that follow
+                    bases = [*bases[-(MAX_BASES - 1) :], (ids, o.past_key_values)]
+                hidden = o.last_hidden_state[0, s - keep : len(ids) - 1 - keep]
+                logits = head(hidden).float()
+                target = torch.tensor(ids[s + 1 :], device=logits.device)
+                out.append((-torch.nn.functional.cross_entropy(logits, target, reduction="none")).tolist())
         return out

@@ -8,11 +8,10 @@ released code does (the paper is silent; papers.md 2.12 item 7).
 Defaults: passage units; duplicates removed first (exact after whitespace/case normalisation, then MiniLM
 cosine >= 0.95, the rule papers.md recommends since the paper gives none); at most 5 gold aliases scored.
 Cost: (n+1) x aliases teacher-forced passes per question; no decoding. The scorer is the run's generator
-(``AnswerScorer.answer_nll``); a generator without ``answer_nll`` (the vLLM backend today) needs
-``scorer_model``, a transformers copy of the same model. With ``prefix_cache`` (default) a transformers scorer
-is wrapped in ``scoring.PrefixCachedScorer``: the leave-one-out prompts share their key/value cache up to the
-removed unit and logits are taken only at answer tokens; same values to about 1e-5 (tested), several times
-less work than the padded batch.
+(``AnswerScorer.answer_nll``, through the model layer); a generator without ``answer_nll`` (a remote server)
+needs ``scorer_model``, the same model loaded by the model layer. The engines reuse shared prefixes: vLLM reads
+its prefix cache for the answer tokens, transformers continues the key/value cache of the leave-one-out prompt
+sharing most (``harness.lm``); same values as the padded batch (tested).
 Departures: CI is computed under the harness's shared prompt (CompSelect's), not FlashRAG's template, and the
 answer is scored followed by end-of-turn (the harness scorer), where the code appends ``str(answer)`` alone.
 """
@@ -48,7 +47,6 @@ class CIOracle(Compressor):
         min_words: int = 5,
         with_titles: bool = False,
         scorer_model: str | None = None,
-        prefix_cache: bool = True,
     ) -> None:
         super().__init__()
         if granularity not in GRANULARITIES:
@@ -56,17 +54,12 @@ class CIOracle(Compressor):
         self.granularity, self.max_answers = granularity, max_answers
         self.dedup_encoder, self.dedup_threshold = dedup_encoder, dedup_threshold
         self.min_words, self.with_titles, self.scorer_model = min_words, with_titles, scorer_model
-        self.prefix_cache = prefix_cache
         self.scorer: AnswerScorer | None = None
         self._encoder = None
 
     def bind(self, env: MethodEnv) -> None:
         super().bind(env)
         self.scorer = resolve_scorer(env, self.scorer_model)
-        if self.prefix_cache and all(hasattr(self.scorer, a) for a in ("model", "tokenizer", "_encode")):
-            from .scoring import PrefixCachedScorer
-
-            self.scorer = PrefixCachedScorer(self.scorer)
         if self.dedup_encoder:
             from harness import resources
 
@@ -107,21 +100,18 @@ class CIOracle(Compressor):
             "dedup": {"encoder": self.dedup_encoder, "threshold": self.dedup_threshold},
             "min_words": self.min_words if self.granularity == "sentence" else None,
             "scorer": "generator" if self.scorer_model is None else self.scorer_model,
-            "prefix_cache": self.prefix_cache,
         }
 
 
 def resolve_scorer(env: MethodEnv, scorer_model: str | None) -> AnswerScorer:
-    """The run's generator when it can score answers; otherwise a transformers copy of ``scorer_model``."""
+    """The run's generator when it can score answers; otherwise ``scorer_model`` from the model layer."""
     if scorer_model is None:
         if isinstance(env.generator, AnswerScorer):
             return env.generator
         raise ValueError(
             f"the generator {type(env.generator).__name__} cannot score answers (no answer_nll); set "
-            "scorer_model to the same model for a transformers scorer"
+            "scorer_model to the same model to score with the model layer"
         )
-    from harness import resources
-    from harness.generators.transformers_backend import TransformersGenerator
+    from harness.lm import get_lm
 
-    return resources.shared(("ci_scorer", scorer_model),
-                            lambda: TransformersGenerator(scorer_model, f"ci-scorer:{scorer_model}"))
+    return get_lm(scorer_model)

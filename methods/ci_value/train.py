@@ -35,12 +35,14 @@ log = logging.getLogger(__name__)
 
 
 class LazyScorer:
-    """The generator as an ``AnswerScorer``, built only when a label is missing; its identity (for cache keys)
-    comes from the config, so a fully cached re-run never loads the model."""
+    """The configured generator as an ``AnswerScorer`` (through the model layer: vLLM by default), built only
+    when a label is missing; its identity (for label keys) comes from the config, so a fully labelled re-run never
+    loads a model. ``torch_model()`` gives CSM-e2e a transformers copy of the same weights (fp32), which
+    back-propagation needs."""
 
-    def __init__(self, gcfg: DictConfig, prefix_cache: bool = True, threads: int | None = None) -> None:
-        self.gcfg, self.prefix_cache, self.threads = gcfg, prefix_cache, threads
-        self._gen = self._scorer = None
+    def __init__(self, gcfg: DictConfig, threads: int | None = None) -> None:
+        self.gcfg, self.threads = gcfg, threads
+        self._gen = None
 
     def describe(self) -> dict[str, Any]:
         from harness.models import resolve
@@ -49,29 +51,23 @@ class LazyScorer:
         return {"name": g.name, "dtype": g.get("dtype"), "model": resolve(g.model).describe()}
 
     def answer_nll(self, prompts, answers):
+        if not prompts:
+            return []
         if self._gen is None:
-            from harness.generators.transformers_backend import TransformersGenerator
             from harness.runner import get_generator
 
-            if str(self.gcfg.get("_target_", "")).endswith("TransformersGenerator"):
-                got = get_generator(self.gcfg)
-                self._gen = got[0] if isinstance(got, tuple) else got  # (generator, loaded) in newer cores
-            else:  # e.g. vLLM: score (and back-propagate) with a transformers copy of the same model
-                self._gen = TransformersGenerator(self.gcfg.model, self.gcfg.name,
-                                                  dtype=self.gcfg.get("dtype", "float32"))
-            if self.threads:  # the generator sets its own thread count; the training config wins
+            self._gen = get_generator(self.gcfg)[0]
+            if self.threads:  # the generator may set its own thread count; the training config wins
                 import torch
 
                 torch.set_num_threads(self.threads)
-            from .scoring import PrefixCachedScorer
+        return self._gen.answer_nll(prompts, answers)
 
-            self._scorer = PrefixCachedScorer(self._gen) if self.prefix_cache else self._gen
-        return self._scorer.answer_nll(prompts, answers) if prompts else []
+    def torch_model(self) -> tuple[Any, Any]:
+        """(model, tokenizer): the generator's weights as a transformers model in fp32, for gradients."""
+        from harness.lm.loading import load_hf
 
-    @property
-    def model(self):
-        self.answer_nll([], [])
-        return self._gen
+        return load_hf(self.gcfg.model, "float32")
 
 
 def _units(cfg: DictConfig, examples):
@@ -151,7 +147,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     split = len(examples) - round(float(cfg.holdout) * len(examples))
     held_items = _units(cfg, examples[split:])
     train_items = _units(cfg, examples[:split]) if cfg.mode != "eval" else []  # eval: nothing is trained
-    scorer = LazyScorer(cfg.generator, bool(cfg.prefix_cache), int(cfg.threads) if cfg.threads else None)
+    scorer = LazyScorer(cfg.generator, int(cfg.threads) if cfg.threads else None)
     cache = LabelCache(cfg.label_cache)
     rb = cfg.rebalance
     held_rows = label(scorer, held_items, cache, cfg.max_answers, progress=cfg.progress) if (
@@ -208,8 +204,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         samples = [s for s in samples if s.texts]
         feats, dim = _feature_fn(cfg.encoder, samples + held)
         head = CSMHead(dim, cfg.head.layers, cfg.head.heads, cfg.head.ffn_dim, cfg.head.dropout)
-        gen = scorer.model
-        lm = SoftMaskLM(gen.model, gen.tokenizer, cfg.e2e.gate)
+        model, tokenizer = scorer.torch_model()
+        lm = SoftMaskLM(model, tokenizer, cfg.e2e.gate)
         e = cfg.e2e
         t0 = time.perf_counter()
         history = train_e2e(head, samples, feats, lm, e.epochs, e.batch_size, e.lr, cfg.optim.weight_decay,
