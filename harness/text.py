@@ -47,10 +47,19 @@ def passage_sentences(passages: Sequence[Passage]) -> list[list[str]]:
     return [split_sentences(p.text) for p in passages]
 
 
-def bm25_tokenize(texts: Sequence[str]) -> list[list[str]]:
-    """Lower-cased word tokens without English stop words: the tokenization of every BM25 score here."""
+def _bm25s():
+    """The bm25s module, its logger back at WARNING (bm25s sets its own to DEBUG on import: a line per index)."""
+    import logging
+
     import bm25s
 
+    logging.getLogger("bm25s").setLevel(logging.WARNING)
+    return bm25s
+
+
+def bm25_tokenize(texts: Sequence[str]) -> list[list[str]]:
+    """Lower-cased word tokens without English stop words: the tokenization of every BM25 score here."""
+    bm25s = _bm25s()
     return bm25s.tokenize(list(texts), stopwords="en", return_ids=False, show_progress=False)
 
 
@@ -59,7 +68,7 @@ def bm25_scores(query: str, docs: Sequence[str], k1: float = 1.5, b: float = 0.7
 
     Returns one score per doc; all zeros when nothing overlaps or the docs are empty.
     """
-    import bm25s
+    bm25s = _bm25s()
 
     if not docs:
         return np.zeros(0, dtype=np.float32)

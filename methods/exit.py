@@ -88,14 +88,19 @@ class Exit(Compressor):
     # ------------------------------------------------------------------ loading
     def bind(self, env: MethodEnv) -> None:
         super().bind(env)
-        from transformers import AutoConfig
-
         from harness.lm import get_lm
-        from harness.models import resolve
 
         self.lm = get_lm(self.model_ref, engine=self.engine, dtype=self.dtype, adapter=self.adapter,
                          device=self.device, batch_size=self.batch_size, trust_remote_code=self.trust_remote_code)
-        tok = self.tokenizer = self.lm.tokenizer
+        self.use_tokenizer(self.lm.tokenizer)
+
+    def use_tokenizer(self, tok: Any) -> None:
+        """Prompt encoding with ``tok`` (``bind`` calls it; training builds its prompts with it, no engine)."""
+        from transformers import AutoConfig
+
+        from harness.models import resolve
+
+        self.tokenizer = tok
         yes, no = (tok.encode(w, add_special_tokens=False) for w in ("Yes", "No"))
         if len(yes) != 1 or len(no) != 1:
             raise ValueError(f'EXIT needs "Yes" and "No" to be single tokens of {self.model_ref}; got {yes}, {no}')
@@ -146,11 +151,16 @@ class Exit(Compressor):
         rows = self.lm.token_logprobs(prompts, [self.yes_id, self.no_id]) if prompts else []
         return [1.0 / (1.0 + math.exp(r.value[1] - r.value[0])) for r in rows]
 
+    def classifier_prompt(self, question: str, context: str, sentence: str) -> list[int]:
+        """The token ids whose next token is scored "Yes" or "No" (``context``: the passage with its title)."""
+        head, tail = self._encode(question, context, sentence)
+        return head + tail
+
     def score(self, question: str, context: str, sentences: Sequence[str]) -> list[float]:
         """P(Yes) of each sentence of one passage (``context`` is the passage with its title)."""
         if self.lm is None:
             raise RuntimeError("Exit was not bound to a run (call bind(MethodEnv(...)))")
-        return self._score([h + t for h, t in (self._encode(question, context, s) for s in sentences)])
+        return self._score([self.classifier_prompt(question, context, s) for s in sentences])
 
     # ------------------------------------------------------------------ compression
     def compress_batch(self, examples: Sequence[Example]) -> list[Compressed]:

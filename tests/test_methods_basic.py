@@ -106,3 +106,15 @@ def test_generator_answers_with_context(generator):
     )
     assert "paris" in g.answer.lower()
     assert generator.count_tokens("") == 0 < generator.count_tokens("Paris")
+
+
+def test_bm25_scoring_logs_nothing_below_warning(caplog):
+    """bm25s sets its logger to DEBUG on import (a line per index built, screens of them per run)."""
+    import logging
+
+    from harness.text import bm25_scores
+
+    with caplog.at_level(logging.DEBUG):
+        scores = bm25_scores("capital of France", ["Paris is the capital of France.", "Rome is in Italy."])
+    assert scores[0] > scores[1] == 0
+    assert not [r for r in caplog.records if r.name.startswith("bm25s")]

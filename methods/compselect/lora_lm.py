@@ -13,7 +13,6 @@ extractor is not the generator anyway).
 
 from __future__ import annotations
 
-import copy
 import json
 import logging
 from contextlib import nullcontext
@@ -21,16 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from harness import resources
+from harness.lm.lora import weight_sharing_copy
 from harness.protocols import Messages
 
 log = logging.getLogger(__name__)
-
-
-def weight_sharing_copy(model):
-    """A copy of ``model``'s module tree whose parameters and buffers are the original tensors."""
-    memo: dict[int, Any] = {id(p): p for p in model.parameters()}
-    memo.update({id(b): b for b in model.buffers()})
-    return copy.deepcopy(model, memo)
 
 
 def adapter_digest(path: str | Path) -> str | None:

@@ -1,0 +1,295 @@
+"""LoRA supervised fine-tuning, the model layer's training half (CompSelect's extractor and truncator, EXIT's
+classifier): the adapters it writes are served merged by ``harness.lm.get_lm(..., adapter=...)``.
+
+Loss: cross-entropy on the target tokens only (the prompt is masked with -100). One example per forward pass
+(no padding), ``grad_accum`` examples per optimizer step, AdamW, linear warm-up then cosine decay (CompSelect's
+LLaMA-Factory recipe: cosine, warm-up ratio 0.1). LoRA goes onto a weight-sharing copy of the base
+(``weight_sharing_copy``): the base weights are frozen and never written.
+
+Resumable: with a ``checkpoint`` path, the LoRA weights, optimizer, scheduler, RNG, losses and the best
+validation state are saved there (atomically) every ``save_every`` optimizer steps; the same call after a kill
+resumes from it and ends with the adapter an uninterrupted run gives (a checkpoint of other settings or data is
+refused, not silently mixed in). ``eval_every`` records the validation loss along the way and ``select_best``
+returns the step with the lowest one (000 App. B.2 keeps the best checkpoint on validation).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SFTExample:
+    prompt: list[int]
+    target: list[int]
+
+
+def weight_sharing_copy(model):
+    """A copy of ``model``'s module tree whose parameters and buffers are the original tensors (LoRA layers
+    injected into it leave the original, which a generator may be serving, untouched)."""
+    import copy
+
+    memo: dict[int, Any] = {id(p): p for p in model.parameters()}
+    memo.update({id(b): b for b in model.buffers()})
+    return copy.deepcopy(model, memo)
+
+
+def lora_config(r: int, alpha: int, dropout: float, target_modules: Any):
+    from peft import LoraConfig
+
+    return LoraConfig(
+        r=r,
+        lora_alpha=alpha,
+        lora_dropout=dropout,
+        bias="none",
+        task_type="CAUSAL_LM",
+        target_modules=list(target_modules) if not isinstance(target_modules, str) else target_modules,
+    )
+
+
+def _loss(model, ex: SFTExample):
+    import torch
+
+    ids = torch.tensor([ex.prompt + ex.target], device=model.device)
+    labels = torch.tensor([[-100] * len(ex.prompt) + ex.target], device=model.device)
+    return model(input_ids=ids, labels=labels).loss
+
+
+def eval_loss(model, examples: Sequence[SFTExample]) -> float | None:
+    """Mean per-example target-token loss (no gradient)."""
+    import torch
+
+    if not examples:
+        return None
+    was_training = model.training
+    model.eval()
+    with torch.inference_mode():
+        losses = [float(_loss(model, e)) for e in examples]
+    model.train(was_training)
+    return sum(losses) / len(losses)
+
+
+def _fingerprint(base, train: Sequence[SFTExample], val: Sequence[SFTExample], settings: dict[str, Any]) -> str:
+    """What a checkpoint must match to be resumed: the base, the data and every training setting."""
+    h = hashlib.sha256(json.dumps({"base": str(getattr(base.config, "_name_or_path", "")), **settings},
+                                  sort_keys=True, default=str).encode())
+    for part in (train, val):
+        for e in part:
+            h.update(json.dumps([e.prompt, e.target]).encode())
+        h.update(b"|")
+    return h.hexdigest()
+
+
+def _trainable(model) -> dict[str, Any]:
+    return {k: v.detach().clone() for k, v in model.named_parameters() if v.requires_grad}
+
+
+def _load_trainable(model, state: dict[str, Any]) -> None:
+    import torch
+
+    params = dict(model.named_parameters())
+    with torch.no_grad():
+        for k, v in state.items():
+            params[k].copy_(v)
+
+
+def _save_checkpoint(path: Path, state: dict[str, Any]) -> None:
+    import torch
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(state, tmp)
+    os.replace(tmp, path)  # a kill leaves the previous checkpoint or this one, never half of one
+
+
+def train_lora(
+    base,
+    train: Sequence[SFTExample],
+    val: Sequence[SFTExample],
+    *,
+    r: int,
+    alpha: int,
+    dropout: float,
+    target_modules: Any,
+    lr: float,
+    epochs: float,
+    grad_accum: int,
+    warmup_ratio: float,
+    seed: int,
+    max_steps: int | None = None,
+    loss_norm: str = "example",
+    checkpoint: str | Path | None = None,
+    save_every: int = 0,
+    eval_every: int = 0,
+    select_best: bool = False,
+    progress: bool = False,
+    on_step: Callable[[int], None] | None = None,
+) -> tuple[Any, dict[str, Any]]:
+    """Train a LoRA adapter on ``base`` (left untouched); returns the peft model and a report of the run.
+
+    ``loss_norm``: ``example`` averages each example's mean token loss over the optimizer step (every example
+    weighs the same); ``token`` averages over every target token of the step (HF Trainer's normalisation under
+    gradient accumulation, so LLaMA-Factory's). The difference matters for the truncator: an empty target is
+    one token (stop), so per example it outweighs the first token of a kept prefix ~30 to 1. ``checkpoint``,
+    ``save_every``, ``eval_every``, ``select_best``: see the module docstring; ``on_step(step)`` runs after each
+    optimizer step and its checkpoint (tests kill the process there).
+    """
+    if loss_norm not in ("example", "token"):
+        raise ValueError(f"loss_norm={loss_norm!r}; valid: example, token")
+    if select_best and not eval_every:
+        raise ValueError("select_best needs eval_every > 0")
+    if select_best and not val:
+        log.warning("select_best: no validation examples, the last step is kept")
+    import torch
+    from peft import get_peft_model
+    from tqdm.auto import tqdm
+
+    torch.manual_seed(seed)
+    rng = random.Random(seed)
+    model = get_peft_model(weight_sharing_copy(base), lora_config(r, alpha, dropout, target_modules))
+    params = [p for p in model.parameters() if p.requires_grad]
+    order: list[int] = []
+    for e in range(math.ceil(epochs)):
+        ep = list(range(len(train)))
+        rng.shuffle(ep)
+        order += ep if e + 1 <= epochs else ep[: round((epochs - e) * len(ep))]
+    steps = math.ceil(len(order) / grad_accum)
+    if max_steps is not None:
+        steps = min(steps, max_steps)
+        order = order[: steps * grad_accum]
+    groups = [order[k : k + grad_accum] for k in range(0, len(order), grad_accum)]
+    warm = max(1, round(warmup_ratio * steps))
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt,
+        lambda s: (s + 1) / warm if s < warm else 0.5 * (1 + math.cos(math.pi * (s - warm) / max(1, steps - warm))),
+    )
+    settings = {"r": r, "alpha": alpha, "dropout": dropout, "target_modules": str(target_modules), "lr": lr,
+                "epochs": epochs, "grad_accum": grad_accum, "warmup_ratio": warmup_ratio, "seed": seed,
+                "max_steps": max_steps, "loss_norm": loss_norm, "eval_every": eval_every}
+    fp = _fingerprint(base, train, val, settings)
+    ckpt = Path(checkpoint) if checkpoint else None
+    t0, c0 = time.perf_counter(), time.process_time()
+    start, resumed_at = 0, None
+    step_losses: list[float] = []
+    val_history: list[list[float]] = []
+    best: dict[str, Any] | None = None
+    if ckpt is not None and ckpt.is_file():
+        saved = torch.load(ckpt, weights_only=True)
+        if saved["fingerprint"] != fp:
+            raise ValueError(f"{ckpt} was written by a training run of other settings or data: delete it to start over")
+        _load_trainable(model, saved["lora"])
+        opt.load_state_dict(saved["opt"])
+        sched.load_state_dict(saved["sched"])
+        torch.set_rng_state(saved["torch_rng"])
+        start = resumed_at = int(saved["step"])
+        step_losses, val_history, best = saved["step_losses"], saved["val_history"], saved["best"]
+        val_before = saved["val_before"]
+        log.info("resumed %s at step %d/%d", ckpt, start, steps)
+    else:
+        val_before = eval_loss(model, val)
+    model.train()
+    bar = tqdm(total=steps, initial=start, desc="LoRA SFT", unit="step", disable=not progress)
+    for s in range(start, len(groups)):
+        group = groups[s]
+        acc = 0.0
+        for j in group:
+            loss = _loss(model, train[j])
+            if loss_norm == "token":
+                w = len(train[j].target) / sum(len(train[g].target) for g in group)
+                (loss * w).backward()
+                acc += float(loss.detach()) * w
+            else:
+                (loss / grad_accum).backward()
+                acc += float(loss.detach()) / len(group)
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        sched.step()
+        opt.zero_grad(set_to_none=True)
+        step_losses.append(round(acc, 4))
+        done = s + 1
+        if eval_every and (done % eval_every == 0 or done == len(groups)):
+            v = eval_loss(model, val)
+            val_history.append([done, v])
+            if select_best and v is not None and (best is None or v < best["loss"]):
+                best = {"step": done, "loss": v, "lora": _trainable(model)}
+        bar.update(1)
+        bar.set_postfix(loss=f"{acc:.3f}")
+        if ckpt is not None and save_every and done % save_every == 0 and done < len(groups):
+            _save_checkpoint(ckpt, {"fingerprint": fp, "step": done, "lora": _trainable(model),
+                                    "opt": opt.state_dict(), "sched": sched.state_dict(),
+                                    "torch_rng": torch.get_rng_state(), "step_losses": step_losses,
+                                    "val_history": val_history, "best": best, "val_before": val_before})
+        if on_step is not None:
+            on_step(done)
+    bar.close()
+    selected = len(step_losses)
+    if select_best and best is not None and best["step"] != selected:
+        _load_trainable(model, best["lora"])
+        selected = best["step"]
+    model.eval()
+    val_after = eval_loss(model, val)
+    if ckpt is not None and ckpt.is_file():
+        ckpt.unlink()  # the run is complete: its adapter is the caller's to save
+    report = {
+        "examples": len(train),
+        "val_examples": len(val),
+        "epochs": epochs,
+        "optimizer_steps": len(step_losses),
+        "grad_accum": grad_accum,
+        "lr": lr,
+        "warmup_steps": warm,
+        "lora": {
+            "r": r,
+            "alpha": alpha,
+            "dropout": dropout,
+            "target_modules": list(target_modules) if not isinstance(target_modules, str) else target_modules,
+        },
+        "seed": seed,
+        "loss_norm": loss_norm,
+        "step_losses": step_losses,
+        "val_loss_before": val_before,
+        "val_loss_after": val_after,
+        "val_history": val_history,
+        "selected_step": selected,
+        "resumed_at_step": resumed_at,
+        "tokens": sum(len(train[j].prompt) + len(train[j].target) for j in order),
+        "wall_s": round(time.perf_counter() - t0, 1),
+        "cpu_s": round(time.process_time() - c0, 1),
+    }
+    return model, report
+
+
+def save_adapter(model, out_dir: str | Path, base_ref: str, dtype: str = "float16") -> Path:
+    """Write ``adapter_config.json`` and ``adapter_model.safetensors`` (weights cast to ``dtype`` to stay
+    small).
+
+    ``base_model_name_or_path`` records the model reference (``embedded:...`` or a hub id), not a local path.
+    """
+    import torch
+    from peft import get_peft_model_state_dict
+    from safetensors.torch import save_file
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    cfg = model.peft_config["default"]
+    cfg.base_model_name_or_path = base_ref
+    cfg.save_pretrained(str(out))
+    state = get_peft_model_state_dict(model)
+    save_file(
+        {k: v.detach().to(getattr(torch, dtype)).contiguous() for k, v in state.items()},
+        str(out / "adapter_model.safetensors"),
+    )
+    return out

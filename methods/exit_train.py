@@ -1,0 +1,173 @@
+"""``python -m methods.exit_train [key=value ...]``: EXIT's sentence classifier trained by our code (issue: the
+embedded profile has no EXIT checkpoint, and zero-shot SmolLM2 keeps nothing at the paper's threshold).
+
+EXIT (arXiv 2412.12559) fine-tunes a classifier LM (Gemma-2B, LoRA) to answer "Yes"/"No" to its prompt
+(``methods.exit.build_user``: query, full passage, one sentence). Here the same prompt, built by the same code
+(``Exit.classifier_prompt``), trains a LoRA on SmolLM2-135M-Instruct (``harness.lm.lora.train_lora``: resumable,
+best step by validation loss). Labels, a departure (the paper's come from its own annotation pipeline): a
+sentence is useful when it contains a gold answer after SQuAD normalisation (``harness.metrics.subem``); each
+question gives its first ``max_positives`` answer sentences and ``negatives_per_positive`` other sentences of
+its passages drawn at random; questions with no answer sentence (and HotpotQA's yes/no ones) are skipped.
+Questions: a seeded shuffle of each shipped train split, the last ``val_fraction`` held out for validation
+(loss for step selection, and the figures at the paper's threshold); test questions are never read.
+
+Writes ``out_dir`` (the adapter, fp16), ``labels.jsonl`` and ``manifest.json`` beside it (configuration, data
+hashes, counts, training report, validation figures of the zero-shot and the trained classifier, seconds).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from harness.config import apply_profile_env, register_resolvers
+from harness.provenance import REPO_ROOT
+
+register_resolvers()
+
+
+def labelled_sentences(example, max_positives: int, negatives: int, rng: random.Random) -> list[dict[str, Any]]:
+    """(passage, sentence, context, text, label) rows of one question: answer sentences first ones kept, and
+    random other sentences of its passages as negatives; none when no sentence holds an answer."""
+    from harness.metrics import subem
+    from harness.text import split_sentences
+
+    pos, neg = [], []
+    for pi, p in enumerate(example.passages):
+        text = p.text.strip()
+        context = f"{p.title.strip()}\n{text}" if p.title.strip() else text
+        for si, s in enumerate(split_sentences(text)):
+            row = {"passage": pi, "sentence": si, "context": context, "text": s}
+            (pos if subem(s, example.answers) else neg).append(row)
+    pos = pos[:max_positives]
+    if not pos:
+        return []
+    neg = rng.sample(neg, min(len(neg), negatives * len(pos)))
+    return [{**r, "label": True} for r in pos] + [{**r, "label": False} for r in neg]
+
+
+def figures(classifier, examples) -> dict[str, Any]:
+    """What the classifier keeps at its threshold on whole validation questions: share of questions with
+    something kept, share of sentences kept, recall and precision of answer sentences."""
+    from harness.metrics import subem
+    from harness.text import split_sentences
+
+    outs = classifier.compress_batch(examples)
+    kept_any = kept = total = hits = answer_sents = 0
+    for ex, c in zip(examples, outs, strict=True):
+        per_passage = [split_sentences(p.text.strip()) for p in ex.passages]
+        sents = {(pi, si): s for pi, ss in enumerate(per_passage) for si, s in enumerate(ss)}
+        gold = {k for k, s in sents.items() if subem(s, ex.answers)}
+        chosen = {(u.passage, u.sentence) for u in c.units}
+        kept_any += bool(chosen)
+        kept, total = kept + len(chosen), total + len(sents)
+        hits, answer_sents = hits + len(chosen & gold), answer_sents + len(gold)
+    return {
+        "questions": len(examples),
+        "kept_something": round(kept_any / max(1, len(examples)), 4),
+        "sentences_kept": round(kept / max(1, total), 4),
+        "answer_sentence_recall": round(hits / max(1, answer_sents), 4),
+        "precision": round(hits / kept, 4) if kept else None,
+    }
+
+
+def run(cfg: DictConfig) -> dict[str, Any]:
+    import torch
+
+    from harness import provenance
+    from harness.data import DatasetSpec, load_dataset
+    from harness.lm import release
+    from harness.lm.loading import load_hf
+    from harness.lm.lora import SFTExample, save_adapter, train_lora
+    from harness.models import file_sha256, resolve
+    from harness.protocols import MethodEnv
+    from methods.exit import Exit
+
+    t0 = time.perf_counter()
+    torch.set_num_threads(int(cfg.threads))
+    out = Path(cfg.out_dir)
+    rng = random.Random(int(cfg.seed))
+    d = cfg.data
+    train_q, val_q, hashes = [], [], {}
+    for name, n in d.questions.items():
+        path = Path(d.root) / name / f"{d.split}.jsonl.gz"
+        examples = load_dataset(DatasetSpec(name, str(path), int(d.top_k), d.rank[name], None))
+        hashes[str(path)] = file_sha256(path)
+        random.Random(f"{cfg.seed}:{name}").shuffle(examples)
+        chosen = examples[: int(n)]
+        n_val = round(float(d.val_fraction) * len(chosen))
+        train_q += chosen[: len(chosen) - n_val]
+        val_q += chosen[len(chosen) - n_val :]
+    rows = {part: [{"id": e.id, "part": part, **r} for e in qs
+                   for r in labelled_sentences(e, int(d.max_positives), int(d.negatives_per_positive), rng)]
+            for part, qs in (("train", train_q), ("val", val_q))}
+    by_id = {e.id: e for e in train_q + val_q}
+
+    model, tok = load_hf(cfg.lm, str(cfg.dtype))
+    classifier = Exit(cfg.lm, prompt=cfg.prompt, max_length=int(cfg.max_length), threshold=float(cfg.threshold))
+    classifier.use_tokenizer(tok)
+
+    def examples(part: str) -> list[SFTExample]:
+        return [SFTExample(classifier.classifier_prompt(by_id[r["id"]].question, r["context"], r["text"]),
+                           [classifier.yes_id if r["label"] else classifier.no_id]) for r in rows[part]]
+
+    train, val = examples("train"), examples("val")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with (out.parent / "labels.jsonl").open("w", encoding="utf-8") as f:
+        for r in rows["train"] + rows["val"]:
+            f.write(json.dumps({k: v for k, v in r.items() if k != "context"}, ensure_ascii=False) + "\n")
+    tuned, report = train_lora(
+        model, train, val, r=int(cfg.lora.r), alpha=int(cfg.lora.alpha), dropout=float(cfg.lora.dropout),
+        target_modules=list(cfg.lora.target_modules), lr=float(cfg.lr), epochs=float(cfg.epochs),
+        grad_accum=int(cfg.grad_accum), warmup_ratio=float(cfg.warmup_ratio), seed=int(cfg.seed),
+        checkpoint=out.parent / f".{out.name}.checkpoint.pt", save_every=int(cfg.save_every),
+        eval_every=int(cfg.eval_every), select_best=bool(cfg.select_best), progress=bool(cfg.progress),
+    )
+    save_adapter(tuned, out, cfg.lm)
+    del tuned
+    t_train = time.perf_counter() - t0
+
+    shown = val_q[: int(d.val_questions)]
+    env = MethodEnv(count_tokens=lambda s: 0)
+    found: dict[str, Any] = {}
+    for label, adapter in (("zero_shot", None), ("trained", str(out))) if shown else ():
+        c = Exit(cfg.lm, adapter=adapter, prompt=cfg.prompt, max_length=int(cfg.max_length),
+                 threshold=float(cfg.threshold), dtype=cfg.inference_dtype, engine=cfg.engine)
+        c.bind(env)
+        found[label] = figures(c, shown)
+    release(lambda m: m.info.get("adapter") == str(out))
+    manifest = {
+        "what": "EXIT classifier LoRA (methods/exit_train.py): SmolLM2 answers EXIT's Yes/No prompt",
+        "labels": {p: {"questions": len({r["id"] for r in rs}), "sentences": len(rs),
+                       "positive": sum(r["label"] for r in rs)} for p, rs in rows.items()},
+        "questions": {"train": len(train_q), "val": len(val_q)},
+        "data": {"files": hashes, "top_k": int(d.top_k), "rank": OmegaConf.to_container(d.rank)},
+        "train": report,
+        "validation_at_threshold": {"threshold": float(cfg.threshold), **found},
+        "model": resolve(cfg.lm).describe(),
+        "seconds": {"train": round(t_train, 1), "total": round(time.perf_counter() - t0, 1)},
+        "config": provenance.redact(OmegaConf.to_container(cfg, resolve=True)),
+        "packages": provenance.package_versions(),
+        "git": provenance.git_commit(),
+        "hardware": provenance.hardware(),
+    }
+    (out.parent / "manifest.json").write_text(json.dumps(manifest, indent=1, ensure_ascii=False, default=str))
+    return manifest
+
+
+@hydra.main(version_base="1.3", config_path=str(REPO_ROOT / "conf"), config_name="train/exit")
+def main(cfg: DictConfig) -> None:
+    apply_profile_env(cfg)
+    m = run(cfg)
+    print(json.dumps({"out_dir": cfg.out_dir, "validation": m["validation_at_threshold"], "seconds": m["seconds"]},
+                     indent=1))
+
+
+if __name__ == "__main__":
+    main()
