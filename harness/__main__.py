@@ -2,7 +2,8 @@
 
 A bad setting (``ConfigError``), bad input data (``DatasetError``) or a run folder of another configuration
 (``RunFolderMismatch``) ends the run with one ``error: ...`` line on stderr and exit status 2, before any model
-loads for the first two; ``hydra.verbose=true`` shows the traceback instead.
+loads for the first two; so does a generator's server that cannot answer (``ServerError``: unreachable after its
+retries, an error status, a timeout). ``hydra.verbose=true`` shows the traceback instead.
 """
 
 from __future__ import annotations
@@ -15,13 +16,14 @@ from omegaconf import DictConfig
 
 from harness.config import apply_profile_env, register_resolvers
 from harness.data import DatasetError
+from harness.lm.server import ServerError
 from harness.provenance import REPO_ROOT
 from harness.records import RunFolderMismatch
 from harness.validate import ConfigError, validate_config
 
 register_resolvers()
 
-USER_ERRORS = (ConfigError, DatasetError, RunFolderMismatch)
+USER_ERRORS = (ConfigError, DatasetError, RunFolderMismatch, ServerError)
 
 
 @hydra.main(version_base="1.3", config_path=str(REPO_ROOT / "conf"), config_name="config")

@@ -39,6 +39,21 @@ class AnswerScorer(Protocol):
         ...
 
 
+def answer_scorer(generator: Any, needed_by: str, hint: str = "") -> AnswerScorer:
+    """``generator`` when it can score answers (``answer_nll``); otherwise a ``ConfigError`` (one line on the
+    command line) naming what needs it and the generator that cannot (e.g. one behind a chat server)."""
+    if isinstance(generator, AnswerScorer):
+        return generator
+    from harness.validate import ConfigError
+
+    name = getattr(generator, "name", None) or type(generator).__name__
+    raise ConfigError(
+        f"{needed_by} needs answer log-likelihoods from the generator, but the generator {name} "
+        f"({type(generator).__name__}) cannot score answers (no answer_nll: a chat server returns no prompt "
+        f"log-probabilities){'; ' + hint if hint else ''}"
+    )
+
+
 @dataclass
 class MethodEnv:
     """What the run hands a method before it compresses: the generator's token counter and the generator.

@@ -69,10 +69,16 @@ def hardware() -> dict[str, Any]:
     return info
 
 
+def secret_key(name: str) -> bool:
+    """Whether a config key looks like it holds a secret (``api_key``, ``password``, ...); a key ending in ``_env``
+    names the environment variable a secret is read from (``api_key_env``), which is no secret."""
+    return bool(_SECRET.search(name)) and not name.endswith("_env")
+
+
 def redact(obj: Any) -> Any:
     """A copy of a config-like structure with the values of secret-looking keys replaced."""
     if isinstance(obj, dict):
-        return {k: ("<redacted>" if _SECRET.search(str(k)) and v not in (None, "") else redact(v))
+        return {k: ("<redacted>" if secret_key(str(k)) and v not in (None, "") else redact(v))
                 for k, v in obj.items()}
     if isinstance(obj, list):
         return [redact(v) for v in obj]

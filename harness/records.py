@@ -85,6 +85,15 @@ class RunRecords:
             run["weights"] = digests
             run_file.write_text(json.dumps(run, indent=1, default=str))
 
+    def note_server(self, server: dict[str, Any]) -> None:
+        """Add the server a generator calls (its base URL and model; never a key) to ``run.json``'s ``servers``,
+        once: a run resumed against another server lists both."""
+        run_file = self.folder / RUN
+        run = json.loads(run_file.read_text())
+        if server not in run.setdefault("servers", []):
+            run["servers"].append(server)
+            run_file.write_text(json.dumps(run, indent=1, default=str))
+
     def _append(self, name: str, rows: Iterable[dict[str, Any]]) -> None:
         with (self.folder / name).open("a", encoding="utf-8") as f:
             for r in rows:

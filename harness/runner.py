@@ -25,6 +25,9 @@ log = logging.getLogger(__name__)
 
 # Settings that change how a run is executed, not what it computes: a folder may be resumed under other values.
 EXECUTION_KEYS = ("limit", "batch_size", "latency", "progress", "results_dir", "lm")
+# Settings of a server client (harness/lm/server.py), wherever they sit under the generator or a method: where and
+# how calls go, not what they compute (a run resumes against a restarted server on another port).
+CLIENT_KEYS = ("base_url", "api_key_env", "concurrency", "timeout_s", "retries", "backoff_s")
 
 
 def get_generator(cfg: DictConfig) -> tuple[Generator, bool]:
@@ -160,11 +163,23 @@ def _batches(items: Sequence[Any], size: int):
         yield items[i : i + size]
 
 
+def _without_client_keys(node: Any) -> Any:
+    if isinstance(node, dict):
+        return {k: _without_client_keys(v) for k, v in node.items() if k not in CLIENT_KEYS}
+    if isinstance(node, list):
+        return [_without_client_keys(v) for v in node]
+    return node
+
+
 def key_config(cfg: DictConfig) -> dict[str, Any]:
     """The part of a run config that names what a run computes (its key, in ``run.json``): execution settings
-    left out, and dataset settings at their defaults (``skip_unanswerable: false``, ``sample: first`` with any
-    ``seed``) too, so that runs made before those settings existed keep their key and resume."""
+    left out (``EXECUTION_KEYS``, and ``CLIENT_KEYS`` under the generator and the method), and dataset settings at
+    their defaults (``skip_unanswerable: false``, ``sample: first`` with any ``seed``) too, so that runs made
+    before those settings existed keep their key and resume."""
     key_cfg = {k: v for k, v in OmegaConf.to_container(cfg, resolve=True).items() if k not in EXECUTION_KEYS}
+    for part in ("generator", "method"):
+        if part in key_cfg:
+            key_cfg[part] = _without_client_keys(key_cfg[part])
     d = key_cfg["dataset"]
     if not d.get("skip_unanswerable", False):
         d.pop("skip_unanswerable", None)
@@ -201,6 +216,8 @@ def run(cfg: DictConfig, out_dir: str | Path) -> dict[str, Any]:
     gen_info = generator.describe()
     engine = [f"engine {gen_info.get('backend')} {gen_info.get('dtype')}"]  # bf16 and fp32 answers differ
     records.check_weights(weight_digests(compressor.describe()) + weight_digests(gen_info) + engine)
+    if gen_info.get("server"):
+        records.note_server(gen_info["server"])
     load_s = time.perf_counter() - t_load
 
     todo = [e for e in examples if e.id not in records.predictions]

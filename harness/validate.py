@@ -3,8 +3,9 @@
 ``TOP_LEVEL`` checks named numeric keys of the run config, ``FLAGS`` its booleans. ``KNOBS`` holds rules keyed
 by key name (``fnmatch`` patterns) that apply to every key of that name anywhere under ``method`` and
 ``generator``, nested component configs included, so a new method's ``top_k`` or ``*_threshold`` is checked
-without code here. Keys under an ``options`` mapping (keywords passed through to a library) and ``_target_``-style
-keys are not checked. A bad value raises ``ConfigError`` naming the key, the value and the allowed range.
+without code here. Keys under an ``options`` or ``extra_body`` mapping (keywords passed through to a library or a
+server) and ``_target_``-style keys are not checked. A bad value raises ``ConfigError`` naming the key, the value
+and the allowed range.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 SECTIONS = ("method", "generator")  # config subtrees the KNOBS rules apply to
-PASS_THROUGH = ("options",)  # mappings handed to a library as they are: not checked
+PASS_THROUGH = ("options", "extra_body")  # mappings handed to a library or a server as they are: not checked
 
 
 class ConfigError(ValueError):
@@ -97,6 +98,10 @@ KNOBS: dict[str, Rule] = {
     "min_words": _int(0),
     "tau": _int(1),
     "cap": _int(1),
+    "concurrency": _int(1),
+    "timeout_s": Rule(lo=0, lo_open=True),
+    "retries": _int(0),
+    "backoff_s": Rule(lo=0),
     "k1": Rule(lo=0),
     "b": Rule(lo=0, hi=1),
 }

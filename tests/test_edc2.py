@@ -1,6 +1,7 @@
 """EDC²-RAG (paper 004): Algorithm 1 on hand-made embeddings, the summary filter, and the compressor end to
 end: real MiniLM + SmolLM2, and an OpenAI-compatible endpoint played by a local HTTP server (the API cannot be
-reached here) so that which summaries survive is known."""
+reached here) so that which summaries survive is known. ``ServerLLM`` against a real vLLM server:
+tests/test_openai_server.py."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pytest
 from harness.types import Example, Passage, Unit
 from methods.edc2 import EDC2
 from methods.edc2.cluster import dynamic_clusters
-from methods.edc2.llm import LocalLLM, OpenAICompatibleLLM
+from methods.edc2.llm import LocalLLM, ServerLLM
 from methods.edc2.prompts import COMPRESS, compress_prompt, keep_summary
 
 Q = np.array([1.0, 0.0, 0.0])
@@ -136,7 +137,7 @@ def test_dropped_summaries_never_reach_the_generator_and_all_dropped_falls_back(
         ("question beta", "No content to extract"),
     ]
     _Endpoint.seen = []
-    llm = OpenAICompatibleLLM("gpt-3.5-turbo-1106", base_url=endpoint, api_key_env="EDC2_TEST_KEY")
+    llm = ServerLLM("gpt-3.5-turbo-1106", base_url=endpoint, api_key_env="EDC2_TEST_KEY")
     m = EDC2(llm, "embedded:all-minilm-l6-v2", variant="code")  # code variant: roots in retrieval order
     m.bind(env)
     a, b = m.compress_batch([ex_a, ex_b])

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from harness.protocols import AnswerScorer, Compressor, MethodEnv
+from harness.protocols import AnswerScorer, Compressor, MethodEnv, answer_scorer
 from harness.types import Compressed, Example
 
 from .values import (
@@ -106,11 +106,9 @@ class CIOracle(Compressor):
 def resolve_scorer(env: MethodEnv, scorer_model: str | None) -> AnswerScorer:
     """The run's generator when it can score answers; otherwise ``scorer_model`` from the model layer."""
     if scorer_model is None:
-        if isinstance(env.generator, AnswerScorer):
-            return env.generator
-        raise ValueError(
-            f"the generator {type(env.generator).__name__} cannot score answers (no answer_nll); set "
-            "scorer_model to the same model to score with the model layer"
+        return answer_scorer(
+            env.generator, "ci_oracle", "set method.scorer_model to a local ref of the same model to score with the "
+            "model layer"
         )
     from harness.lm import get_lm
 

@@ -54,9 +54,10 @@ class LazyScorer:
         if not prompts:
             return []
         if self._gen is None:
+            from harness.protocols import answer_scorer
             from harness.runner import get_generator
 
-            self._gen = get_generator(self.gcfg)[0]
+            self._gen = answer_scorer(get_generator(self.gcfg)[0], "CI-value labels")
             if self.threads:  # the generator may set its own thread count; the training config wins
                 import torch
 

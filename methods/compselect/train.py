@@ -141,7 +141,9 @@ class NllLabeller:
     first ``max_answers`` gold aliases (calls cached by the model layer)."""
 
     def __init__(self, generator, max_answers: int = 5) -> None:
-        self.generator, self.max_answers = generator, max_answers
+        from harness.protocols import answer_scorer
+
+        self.generator, self.max_answers = answer_scorer(generator, "CompSelect's NLL labels"), max_answers
         self.calls = 0
 
     def nll(self, items: Sequence[tuple[str, list[str], Sequence[str]]]) -> list[float]:

@@ -2,19 +2,15 @@
 
 - ``LocalLLM``: a causal LM through the model layer (``harness.lm.get_lm``: the same engine as the generator
   when the refs match), batched greedy decoding.
-- ``OpenAICompatibleLLM``: ``POST {base_url}/chat/completions`` (OpenAI, or a vLLM/llama.cpp server running
-  the generator's model), requests in parallel threads. The API key is read from the environment variable
-  named by ``api_key_env`` at call time and never stored on the object or written to records.
+- ``ServerLLM``: an OpenAI-compatible server (OpenAI, or a vLLM/llama.cpp server running the generator's model)
+  through the shared client of ``harness.lm.server`` (the ``openai_server`` generator's): requests in parallel
+  threads, retries, a timeout, the call cache. The API key is read from the environment variable named by
+  ``api_key_env`` per request and never stored on the object or written to records.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import time
-import urllib.request
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 
@@ -53,41 +49,28 @@ class LocalLLM:
                 "greedy": True}
 
 
-class OpenAICompatibleLLM:
-    backend = "openai"
+class ServerLLM:
+    """The compressor LLM behind an OpenAI-compatible server (OpenAI, or a vLLM server running the generator's
+    model): the shared client ``harness.lm.server.ServerClient`` (retries, timeout, concurrency, the call cache),
+    one user turn per prompt, greedy."""
+
+    backend = "openai_server"
 
     def __init__(self, model: str, base_url: str = "https://api.openai.com/v1",
-                 api_key_env: str = "OPENAI_API_KEY", max_new_tokens: int = 512, concurrency: int = 8,
-                 timeout_s: float = 120.0, retries: int = 3) -> None:
-        self.model_ref, self.base_url, self.key_env = model, base_url.rstrip("/"), api_key_env
-        self.max_new_tokens, self.concurrency = max_new_tokens, concurrency
-        self.timeout_s, self.retries = timeout_s, retries
+                 api_key_env: str | None = "OPENAI_API_KEY", max_new_tokens: int = 512, concurrency: int = 8,
+                 timeout_s: float = 120.0, retries: int = 5, backoff_s: float = 1.0) -> None:
+        from harness.lm.server import ServerClient
+
+        self.client = ServerClient(base_url, model, api_key_env, timeout_s, retries, backoff_s, concurrency)
+        self.max_new_tokens = max_new_tokens
 
     def load(self) -> None:
         """Nothing to load; the key is looked up per request."""
 
-    def _one(self, prompt: str) -> str:
-        body = json.dumps({"model": self.model_ref, "messages": [{"role": "user", "content": prompt}],
-                           "temperature": 0, "max_tokens": self.max_new_tokens}).encode()
-        headers = {"Content-Type": "application/json"}
-        key = os.environ.get(self.key_env) if self.key_env else None
-        if key:
-            headers["Authorization"] = f"Bearer {key}"
-        for attempt in range(self.retries + 1):
-            req = urllib.request.Request(f"{self.base_url}/chat/completions", body, headers, method="POST")
-            try:
-                with urllib.request.urlopen(req, timeout=self.timeout_s) as r:
-                    return json.loads(r.read())["choices"][0]["message"]["content"].strip()
-            except OSError:
-                if attempt == self.retries:
-                    raise
-                time.sleep(2**attempt)
-        raise RuntimeError("unreachable")
-
     def complete(self, prompts: Sequence[str]) -> list[str]:
-        with ThreadPoolExecutor(max_workers=max(self.concurrency, 1)) as pool:
-            return list(pool.map(self._one, prompts))
+        replies = self.client.complete([[{"role": "user", "content": p}] for p in prompts], self.max_new_tokens)
+        return [r.text for r in replies]
 
     def describe(self) -> dict[str, Any]:
-        return {"backend": self.backend, "model": self.model_ref, "base_url": self.base_url,
-                "key_from_env": self.key_env, "max_new_tokens": self.max_new_tokens, "temperature": 0}
+        return {"backend": self.backend, **self.client.describe(), "max_new_tokens": self.max_new_tokens,
+                "greedy": True}

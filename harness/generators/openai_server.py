@@ -1,0 +1,90 @@
+"""The generator behind an OpenAI-compatible server (``generator=openai_server``): the shared prompt
+(``harness.prompt.build_messages``) through the server's chat completions endpoint, greedy, ``max_new_tokens``;
+requests, retries, timeout, concurrency, the key and the call cache as ``harness.lm.server`` describes.
+
+Token counts for CR come from ``tokenizer``: a local model ref (``embedded:smollm2-135m-instruct``, a hub id or a
+folder; its tokenizer is loaded here, no weights) or ``server`` (vLLM's ``/tokenize``, one request per count).
+There is no default: CR measured with another model's tokenizer would not be the generator's CR. Prompt and
+completion token counts in records are the server's (``usage``). The server applies the chat template itself,
+so a prompt longer than its context fails with the server's message (no head-and-tail truncation here).
+
+It cannot score answers (no ``answer_nll``: a chat endpoint returns no prompt log-probabilities), so methods
+that need it (``ci_oracle`` scoring with the generator, CompSelect's and CI value's NLL labels) stop with a
+``ConfigError`` saying so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from harness.lm.server import ServerClient
+from harness.metrics import postprocess
+from harness.protocols import Messages
+from harness.types import Generation
+from harness.validate import ConfigError
+
+
+class OpenAIServerGenerator:
+    """Greedy chat generation by ``model`` at ``base_url``; the key comes from ``$<api_key_env>`` per request."""
+
+    backend = "openai_server"
+    dtype = None  # the server's business; run.json names the server and its model instead
+
+    def __init__(
+        self,
+        name: str,
+        model: str,
+        base_url: str,
+        tokenizer: str | None,
+        api_key_env: str | None = "OPENAI_API_KEY",
+        max_new_tokens: int = 32,
+        concurrency: int = 8,
+        timeout_s: float = 120.0,
+        retries: int = 5,
+        backoff_s: float = 1.0,
+        extra_body: dict[str, Any] | None = None,
+    ) -> None:
+        self.name, self.max_new_tokens, self.tokenizer_ref = name, max_new_tokens, tokenizer
+        self.client = ServerClient(base_url, model, api_key_env, timeout_s, retries, backoff_s, concurrency,
+                                   extra_body)
+        self._count = self._counter(tokenizer)
+
+    def _counter(self, ref: str | None) -> Callable[[str], int]:
+        if not ref:
+            raise ConfigError(
+                "generator.tokenizer is null: CR counts context tokens with the generator's tokenizer; set it to a "
+                "local ref of the served model's tokenizer (e.g. embedded:smollm2-135m-instruct) or to `server` "
+                "(a vLLM server's /tokenize)"
+            )
+        if ref == "server":
+            return lambda text: len(self.client.tokenize(text))
+        from transformers import AutoTokenizer
+
+        from harness.models import resolve
+
+        tok = AutoTokenizer.from_pretrained(resolve(ref).path)
+        return lambda text: len(tok(text, add_special_tokens=False)["input_ids"])
+
+    def count_tokens(self, text: str) -> int:
+        return self._count(text) if text else 0
+
+    def generate(self, prompts: Sequence[Messages]) -> list[Generation]:
+        replies = self.client.complete(prompts, self.max_new_tokens)
+        return [Generation(r.text, postprocess(r.text), r.prompt_tokens, r.completion_tokens) for r in replies]
+
+    def describe(self) -> dict[str, Any]:
+        from harness.models import resolve
+
+        tok = "server" if self.tokenizer_ref == "server" else resolve(str(self.tokenizer_ref)).describe()
+        client = self.client.describe()
+        return {
+            "name": self.name,
+            "backend": self.backend,
+            "model": {"ref": client["model"], "source": "openai_server"},  # the shape of a local model's entry
+            "server": {"base_url": client["base_url"], "model": client["model"]},
+            "dtype": self.dtype,
+            "decoding": {"greedy": True, "temperature": 0, "max_new_tokens": self.max_new_tokens},
+            "tokenizer": tok,
+            "client": client,
+        }
