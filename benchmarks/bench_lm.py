@@ -27,6 +27,7 @@ import tempfile
 from pathlib import Path
 
 from harness.lm import hardware
+from harness.records import PREDICTIONS, SUMMARY, read_jsonl
 
 LM_VARIANTS = (
     "full",  # the generator alone
@@ -65,13 +66,14 @@ def peak_flops(dtype: str) -> float:
 def run_one(method: str, path: str, n: int, dataset: str) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         cmd = [sys.executable, "-m", "harness", f"method={method}", f"dataset={dataset}", f"limit={n}",
-               "batch_size=8", "progress=false", "lm.cache=false", "latency.samples=0", f"results_dir={tmp}", *PATHS[path]]
+               "batch_size=8", "progress=false", "lm.cache=false", "latency.samples=0", f"results_dir={tmp}",
+               *PATHS[path]]
         r = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
         if r.returncode != 0:
             return {"method": method, "path": path, "error": r.stderr[-2000:]}
-        [summary_file] = Path(tmp).rglob("summary.json")
+        [summary_file] = Path(tmp).rglob(SUMMARY)
         s = json.loads(summary_file.read_text())
-        preds = [json.loads(x) for x in next(Path(tmp).rglob("predictions.jsonl")).read_text().splitlines()]
+        preds = read_jsonl(next(Path(tmp).rglob(PREDICTIONS)))
     tokens = sum(p["prompt_tokens"] + p["completion_tokens"] for p in preds)
     dtype = s["generator_info"]["dtype"]
     b = s.get("batched") if s.get("latency_protocol") != "batched" else s  # summaries before the two protocols

@@ -7,7 +7,7 @@
   twice the smaller tail of the resampled differences around 0 (capped at 1).
 
 Scores are per-example values in [0, 1]; means and intervals are returned in percent, like the tables.
-Used by the regression check (``harness.regress``) and the leaderboard (``leaderboard.stats``).
+Used by the regression check (``tools.regress``) and the leaderboard (``leaderboard.stats``).
 """
 
 from __future__ import annotations

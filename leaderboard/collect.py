@@ -19,9 +19,8 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from harness.records import cr_nonempty, kept_nothing
+from harness.records import PREDICTIONS, RUN, SUMMARY, cr_nonempty, kept_nothing, read_jsonl
 
-SUMMARY, PREDICTIONS, RUN = "summary.json", "predictions.jsonl", "run.json"
 KEY = ["profile", "generator", "dataset", "variant"]
 # Overrides that change how a run executes, not what it computes: left out of the variant's name so that such
 # runs compare with the others (torch thread count: the same greedy answers up to floating-point order).
@@ -221,14 +220,5 @@ def read_predictions(folder: str | Path, n: int | None = None) -> pd.DataFrame:
 def read_records(folder: str | Path, n: int | None = None) -> list[dict[str, Any]]:
     """The scored records of a run as written: the first ``n`` example ids in file order (the examples its
     summary was computed from), the last record of an id winning, as the harness reads them on resume."""
-    recs: dict[str, dict[str, Any]] = {}
-    path = Path(folder) / PREDICTIONS
-    if path.is_file():
-        with path.open(encoding="utf-8") as f:
-            for line in f:
-                try:
-                    r = json.loads(line)
-                except json.JSONDecodeError:
-                    break  # a torn last line
-                recs[r["id"]] = r
+    recs = {r["id"]: r for r in read_jsonl(Path(folder) / PREDICTIONS)}
     return list(recs.values())[: n if n is not None else None]

@@ -7,8 +7,8 @@ import json
 
 import yaml
 
-from harness import regress
 from harness.metrics import score
+from tools import regress
 
 
 def records(preds: list[str], gold: str = "Paris", tokens: int = 50) -> list[dict]:

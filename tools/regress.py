@@ -1,6 +1,6 @@
 """Metric regression check: run a small fixed grid and compare it with a committed baseline.
 
-``python -m harness.regress`` runs every (method, dataset) cell of ``regress/grid.yaml`` (greedy, embedded
+``python -m tools.regress`` runs every (method, dataset) cell of ``regress/grid.yaml`` (greedy, embedded
 profile, the first N examples) in one process, so the generator loads once, into a scratch results folder;
 then compares each cell's per-example records with ``regress/baseline/<dataset>__<method>.jsonl`` and its
 summary with ``regress/baseline/summary.json``. ``--update`` rewrites the baseline from the run instead.
@@ -33,7 +33,7 @@ from typing import Any
 import yaml
 
 from harness.provenance import REPO_ROOT
-from harness.records import slim_record
+from harness.records import PREDICTIONS, read_jsonl, slim_record
 
 METRICS = ("subem", "em", "f1")
 KEEP = (
@@ -57,11 +57,6 @@ def slim(record: dict[str, Any]) -> dict[str, Any]:
 
 def cell_name(dataset: str, method: str) -> str:
     return f"{dataset}__{method}"
-
-
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    with path.open(encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
 
 
 def write_jsonl(path: Path, rows: Sequence[dict[str, Any]]) -> None:
@@ -326,7 +321,7 @@ def run_grid(grid: dict[str, Any], out: Path) -> tuple[dict[str, list[dict]], di
                 t0 = time.perf_counter()
                 s = run(cfg, folder)
                 name = cell_name(dataset, method)
-                records[name] = [slim(r) for r in read_jsonl(folder / "predictions.jsonl")][: int(grid["limit"])]
+                records[name] = [slim(r) for r in read_jsonl(folder / PREDICTIONS)][: int(grid["limit"])]
                 summaries[name] = {
                     **cell_summary(records[name]),
                     "wall_s": round(time.perf_counter() - t0, 2),
@@ -381,7 +376,7 @@ def read_baseline(folder: Path, names: Sequence[str]) -> dict[str, list[dict]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m harness.regress", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m tools.regress", description=__doc__.split("\n\n")[0])
     ap.add_argument("--grid", default=str(REPO_ROOT / "regress" / "grid.yaml"))
     ap.add_argument("--baseline", default=str(REPO_ROOT / "regress" / "baseline"))
     ap.add_argument("--out", help="scratch results folder (default: a temporary folder, removed afterwards)")
