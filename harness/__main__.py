@@ -19,15 +19,19 @@ from harness.data import DatasetError
 from harness.lm.server import ServerError
 from harness.provenance import REPO_ROOT
 from harness.records import RunFolderMismatch
+from harness.runlock import RunFolderBusy
 from harness.validate import ConfigError, validate_config
+from harness.workers import prepare_worker
 
 register_resolvers()
 
 USER_ERRORS = (ConfigError, DatasetError, RunFolderMismatch, ServerError)
+USER_ERRORS += (RunFolderBusy,)  # a second process on the same run folder (harness.runlock)
 
 
 @hydra.main(version_base="1.3", config_path=str(REPO_ROOT / "conf"), config_name="config")
 def main(cfg: DictConfig) -> None:
+    prepare_worker()  # a launcher's worker process (joblib, Ray, submitit): harness.workers
     try:
         validate_config(cfg)  # before the data and any model
         apply_profile_env(cfg)
@@ -42,6 +46,8 @@ def main(cfg: DictConfig) -> None:
         sys.exit(2)
     print(format_summary(summary))
     print(f"records: {out_dir}")
+    if summary.get("merged_into"):
+        print(f"all {summary['shard']['count']} shards done, merged into: {summary['merged_into']}")
 
 
 if __name__ == "__main__":

@@ -12,14 +12,22 @@ def _repo_path(rel: str) -> str:
     return str((REPO_ROOT / rel).resolve())
 
 
-def run_overrides(override_dirname: str, sample: str, seed: int) -> str:
-    """The last part of a run folder: Hydra's override string (which leaves ``dataset.sample`` and
-    ``dataset.seed`` out) with the sample added back only when it is not the default ``first``, so that runs on
-    the split's first examples keep the folders they had before samples existed, whatever the seed."""
+def run_overrides(override_dirname: str, sample: str, seed: int, shard: str | None = None) -> str:
+    """The last part of a run folder: Hydra's override string (which leaves ``dataset.sample``,
+    ``dataset.seed`` and ``shard`` out) with the sample added back only when it is not the default ``first``, so
+    that runs on the split's first examples keep the folders they had before samples existed, whatever the seed;
+    a shard (``shard=i/n``) runs in ``shards/i-of-n`` under the folder of the unsharded run (``harness.shards``)."""
     if sample == "first":
-        return override_dirname
-    items = [o for o in str(override_dirname).split(",") if o]
-    return ",".join(sorted([*items, f"dataset.sample={sample}", f"dataset.seed={seed}"]))
+        out = str(override_dirname)
+    else:
+        items = [o for o in str(override_dirname).split(",") if o]
+        out = ",".join(sorted([*items, f"dataset.sample={sample}", f"dataset.seed={seed}"]))
+    from harness.shards import Shard
+
+    parsed = Shard.parse(shard)
+    if parsed is None:
+        return out
+    return f"{out}/{parsed.subfolder}" if out else parsed.subfolder
 
 
 def register_resolvers() -> None:

@@ -18,13 +18,15 @@ from harness.data import DatasetSpec, load_dataset_report
 from harness.prompt import build_messages, render_documents
 from harness.protocols import Compressor, Generator, MethodEnv
 from harness.records import RunRecords, config_key, summarize
+from harness.runlock import run_lock
+from harness.shards import Shard, merge_if_complete, write_shard_summary
 from harness.types import Compressed, Example, Unit
 from harness.validate import validate_config
 
 log = logging.getLogger(__name__)
 
 # Settings that change how a run is executed, not what it computes: a folder may be resumed under other values.
-EXECUTION_KEYS = ("limit", "batch_size", "latency", "progress", "results_dir", "lm")
+EXECUTION_KEYS = ("limit", "batch_size", "latency", "progress", "results_dir", "lm", "shard")
 # Settings of a server client (harness/lm/server.py), wherever they sit under the generator or a method: where and
 # how calls go, not what they compute (a run resumes against a restarted server on another port).
 CLIENT_KEYS = ("base_url", "api_key_env", "concurrency", "timeout_s", "retries", "backoff_s")
@@ -190,9 +192,25 @@ def key_config(cfg: DictConfig) -> dict[str, Any]:
 
 
 def run(cfg: DictConfig, out_dir: str | Path) -> dict[str, Any]:
-    """Run one (method, dataset, generator) configuration into ``out_dir`` and return its summary."""
-    t_start = time.perf_counter()
+    """Run one (method, dataset, generator) configuration into ``out_dir`` and return its summary.
+
+    The folder is locked meanwhile (``harness.runlock``: a second process fails with ``RunFolderBusy``). With
+    ``shard=i/n`` the run takes every n-th example from the i-th into ``out_dir/shards/i-of-n`` (its summary in
+    ``shard.json``), and the shard that completes the set merges them into ``out_dir`` (``harness.shards``); its
+    summary then names the merged folder under ``merged_into``."""
     validate_config(cfg)
+    shard = Shard.parse(cfg.get("shard"))
+    folder = Path(out_dir) if shard is None else shard.folder(out_dir)
+    with run_lock(folder):
+        summary = _run(cfg, folder, shard)
+    if shard is not None:
+        summary["merged_into"] = merge_if_complete(shard.run_folder(folder), shard.count)
+    return summary
+
+
+def _run(cfg: DictConfig, out_dir: Path, shard: Shard | None) -> dict[str, Any]:
+    """``run`` in its locked folder: all of the examples, or a shard's share of them."""
+    t_start = time.perf_counter()
     d = cfg.dataset
     skip = bool(d.get("skip_unanswerable", False))
     sample, seed = str(d.get("sample", "first")), int(d.get("seed", 0))
@@ -200,6 +218,7 @@ def run(cfg: DictConfig, out_dir: str | Path) -> dict[str, Any]:
         DatasetSpec(d.name, d.path, int(d.top_k), d.rank, cfg.limit, skip, sample=sample, seed=seed)
     )
     examples = loaded.examples  # validated before any model loads
+    mine = examples if shard is None else shard.take(examples)
 
     key_cfg = key_config(cfg)
     records = RunRecords(out_dir, config_key(key_cfg), key_cfg)
@@ -220,12 +239,12 @@ def run(cfg: DictConfig, out_dir: str | Path) -> dict[str, Any]:
         records.note_server(gen_info["server"])
     load_s = time.perf_counter() - t_load
 
-    todo = [e for e in examples if e.id not in records.predictions]
+    todo = [e for e in mine if e.id not in records.predictions]
     model_s = 0.0
     with tqdm(
-        total=len(examples),
-        initial=len(examples) - len(todo),
-        desc=f"{cfg.method.name}/{d.name}",
+        total=len(mine),
+        initial=len(mine) - len(todo),
+        desc=f"{cfg.method.name}/{d.name}" + ("" if shard is None else f" shard {shard.index}/{shard.count}"),
         unit="ex",
         disable=not cfg.progress,
     ) as bar:
@@ -237,11 +256,13 @@ def run(cfg: DictConfig, out_dir: str | Path) -> dict[str, Any]:
 
     lat = cfg.latency
     lat_sample = examples[: int(lat.samples)]
+    if shard is not None:  # the shard's part of the unsharded run's latency sample
+        lat_sample = shard.take(lat_sample)
     lat_todo = [e for e in lat_sample if e.id not in records.latency]
     if lat_todo:
         model_s += latency_pass(lat_todo, examples[: int(lat.warmup)], compressor, generator, records, cfg.progress)
 
-    preds = [records.predictions[e.id] for e in examples]
+    preds = [records.predictions[e.id] for e in mine]
     lats = [records.latency[e.id] for e in lat_sample if e.id in records.latency]
     wall_s = time.perf_counter() - t_start - load_s
     summary = {
@@ -273,7 +294,11 @@ def run(cfg: DictConfig, out_dir: str | Path) -> dict[str, Any]:
         "hardware": provenance.hardware(),
         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
-    records.write_summary(summary)
+    if shard is None:
+        records.write_summary(summary)
+    else:
+        summary["shard"] = shard.describe(examples, mine)
+        write_shard_summary(out_dir, summary)
     return summary
 
 
