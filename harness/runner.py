@@ -17,7 +17,7 @@ from harness import metrics, provenance, resources
 from harness.data import DatasetSpec, load_dataset_report
 from harness.prompt import build_messages, render_documents
 from harness.protocols import Compressor, Generator, MethodEnv
-from harness.records import RunRecords, config_key, summarize
+from harness.records import RUN, RunRecords, config_key, summarize
 from harness.runlock import run_lock
 from harness.shards import Shard, merge_if_complete, write_shard_summary
 from harness.types import Compressed, Example, Unit
@@ -315,7 +315,7 @@ def weight_digests(info: Any) -> list[str]:
 
 
 def records_key(records: RunRecords) -> str:
-    return json.loads((records.folder / "run.json").read_text())["key"]
+    return json.loads((records.folder / RUN).read_text())["key"]
 
 
 def format_summary(s: dict[str, Any]) -> str:

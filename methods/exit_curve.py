@@ -15,15 +15,16 @@ from pathlib import Path
 
 from harness.data import DatasetSpec, load_dataset
 from harness.prompt import render_documents
+from harness.records import PREDICTIONS, SUMMARY, read_jsonl
 from harness.text import split_sentences
 
 THRESHOLDS = (0.2, 0.25, 0.3, 0.31, 0.32, 0.33, 0.34, 0.35, 0.37, 0.4, 0.45, 0.5)
 
 
 def curve(folder: Path, thresholds=THRESHOLDS, count_tokens=None) -> list[dict]:
-    summary = json.loads((folder / "summary.json").read_text())
+    summary = json.loads((folder / SUMMARY).read_text())
     d = summary["config"]["dataset"]
-    records = [json.loads(line) for line in (folder / "predictions.jsonl").open()]
+    records = read_jsonl(folder / PREDICTIONS)
     examples = {e.id: e for e in load_dataset(DatasetSpec(d["name"], d["path"], int(d["top_k"]), d["rank"], None))}
     if count_tokens is None:
         from transformers import AutoTokenizer
@@ -61,7 +62,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("run", type=Path, help="run folder of an exit variant (summary.json, predictions.jsonl)")
     ap.add_argument("--thresholds", type=float, nargs="+", default=THRESHOLDS)
     a = ap.parse_args(argv)
-    n = sum(1 for _ in (a.run / "predictions.jsonl").open())
+    n = len(read_jsonl(a.run / PREDICTIONS))
     for r in curve(a.run, a.thresholds):
         cr = f"{r['cr']:8.2f}x" if r["cr"] else "       -"
         print(f"threshold {r['threshold']:.2f}  CR {cr}  empty {r['empty']}/{n}")

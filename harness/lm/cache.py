@@ -70,6 +70,19 @@ def cache_path() -> Path:
     return Path(_SETTINGS["path"] or os.environ.get("RAG_HARNESS_LM_CACHE_PATH") or cache_dir() / "lm-calls.sqlite")
 
 
+def _wal(con: sqlite3.Connection, tries: int = 60) -> None:
+    """WAL mode; switching to it needs the database to itself, and SQLite reports a concurrent opener as busy at
+    once (its busy timeout does not cover a journal-mode change), so retry for up to about a minute."""
+    for i in range(tries):
+        try:
+            con.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) or i == tries - 1:
+                raise
+            time.sleep(min(1.0, 0.05 * (i + 1)))
+
+
 def _connect(path: Path) -> sqlite3.Connection:
     conns = getattr(_LOCAL, "conns", None)
     if conns is None:
@@ -78,7 +91,7 @@ def _connect(path: Path) -> sqlite3.Connection:
     if key not in conns:
         path.parent.mkdir(parents=True, exist_ok=True)
         con = sqlite3.connect(path, timeout=60, isolation_level=None)
-        con.execute("PRAGMA journal_mode=WAL")
+        _wal(con)
         con.execute("PRAGMA synchronous=NORMAL")
         con.execute(
             "CREATE TABLE IF NOT EXISTS calls (key TEXT PRIMARY KEY, value TEXT NOT NULL, seconds REAL NOT NULL)"
