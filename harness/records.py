@@ -19,6 +19,8 @@ from typing import Any
 from harness.metrics import corpus_cr
 
 PREDICTIONS, LATENCY, SUMMARY, RUN = "predictions.jsonl", "latency.jsonl", "summary.json", "run.json"
+LOCK = ".run.lock"  # one writer per run folder (harness/runlock.py)
+SHARDS, SHARD_SUMMARY = "shards", "shard.json"  # shard=i/n folders and their summaries (harness/shards.py)
 
 
 class RunFolderMismatch(RuntimeError):

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-LOCK = ".run.lock"
+from harness.records import LOCK
 
 
 class RunFolderBusy(RuntimeError):

@@ -25,13 +25,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.records import LATENCY, PREDICTIONS, RUN, RunFolderMismatch, RunRecords, read_jsonl, summarize
+from harness.records import (
+    LATENCY,
+    PREDICTIONS,
+    RUN,
+    SHARD_SUMMARY,
+    SHARDS,
+    RunFolderMismatch,
+    RunRecords,
+    read_jsonl,
+    summarize,
+)
 from harness.runlock import run_lock
 
 log = logging.getLogger(__name__)
 
-SHARDS = "shards"
-SHARD_SUMMARY = "shard.json"
 _NAME = re.compile(r"(\d+)-of-(\d+)")
 
 
