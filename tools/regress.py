@@ -33,7 +33,7 @@ from typing import Any
 import yaml
 
 from harness.provenance import REPO_ROOT
-from harness.records import PREDICTIONS, read_jsonl, slim_record
+from harness.records import PREDICTIONS, SUMMARY, read_jsonl, slim_record
 
 METRICS = ("subem", "em", "f1")
 KEEP = (
@@ -355,7 +355,7 @@ def write_baseline(
             old.unlink()
     for name, rows in records.items():
         write_jsonl(folder / f"{name}.jsonl", rows)
-    previous = folder / "summary.json"
+    previous = folder / SUMMARY
     kept = json.loads(previous.read_text(encoding="utf-8")).get("cells", {}) if previous.is_file() else {}
     kept = {n: c for n, c in kept.items() if n in cells and n not in summaries and (folder / f"{n}.jsonl").is_file()}
     summary = {
@@ -365,7 +365,7 @@ def write_baseline(
         "updated_cells": sorted(summaries),
         "cells": dict(sorted({**kept, **summaries}.items())),
     }
-    (folder / "summary.json").write_text(json.dumps(summary, indent=1, ensure_ascii=False, default=str) + "\n")
+    (folder / SUMMARY).write_text(json.dumps(summary, indent=1, ensure_ascii=False, default=str) + "\n")
 
 
 def read_baseline(folder: Path, names: Sequence[str]) -> dict[str, list[dict]]:
