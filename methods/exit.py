@@ -13,9 +13,12 @@ passage without titles (EXIT's reassembly). An example may keep nothing.
 Profiles: paper: ``google/gemma-2b-it`` with the LoRA ``doubleyyh/exit-gemma-2b`` and ``prompt: literal``,
 EXIT's Gemma turn markers verbatim (``<start_of_turn>user\n...<end_of_turn>\n`` ``<start_of_turn>model\n``
 after the tokenizer's BOS; Gemma's own chat template renders the same text). Embedded: the same user turn
-zero-shot on SmolLM2-135M-Instruct through its chat template (``prompt: chat``, which adds SmolLM2's default
-system turn). Models come from the model layer (``harness.lm``, vLLM by default); a LoRA is merged into derived
-weights there, so no shared instance is ever wrapped.
+through SmolLM2-135M-Instruct's chat template (``prompt: chat``, which adds SmolLM2's default system turn) is
+the zero-shot variant (``exit_zeroshot``); the embedded ``exit`` classifier is ``kind: cross_encoder``, a
+MiniLM sentence-pair classifier over the same query, sentence and passage, trained by our code
+(``methods.exit_cross_encoder``, ``methods.exit_train``), because zero-shot SmolLM2 scores near chance. LMs come
+from the model layer (``harness.lm``, vLLM by default); a LoRA is merged into derived weights there, so no shared
+instance is ever wrapped.
 
 Batching: every sentence of a batch of examples is one prompt and all go to the model layer at once; the
 sentences of a passage share the prompt's head (query, passage, "Sentence:" marker), which vLLM's prefix cache
@@ -42,6 +45,7 @@ from harness.types import Compressed, Example, Unit
 QUESTION = 'Is this sentence useful in answering the query? Answer only "Yes" or "No".'
 SENTENCE_MARK = "\nSentence:\n"
 PROMPTS = ("literal", "chat")
+KINDS = ("lm", "cross_encoder")
 _SLOT = "\x00CONTEXT\x00"
 
 
@@ -75,10 +79,15 @@ class Exit(Compressor):
         device: str = "auto",
         trust_remote_code: bool = False,
         engine: str = "vllm",
+        kind: str = "lm",
     ) -> None:
         super().__init__()
         if prompt not in PROMPTS:
             raise ValueError(f"prompt={prompt!r}; valid: {', '.join(PROMPTS)}")
+        if kind not in KINDS:
+            raise ValueError(f"kind={kind!r}; valid: {', '.join(KINDS)}")
+        self.kind = kind
+        self.cross: Any = None
         self.model_ref, self.adapter, self.threshold, self.prompt = model, adapter, float(threshold), prompt
         self.batch_size, self.max_length, self.engine = batch_size, max_length, engine
         self.dtype, self.device, self.trust_remote_code = dtype, device, trust_remote_code
@@ -88,6 +97,13 @@ class Exit(Compressor):
     # ------------------------------------------------------------------ loading
     def bind(self, env: MethodEnv) -> None:
         super().bind(env)
+        if self.kind == "cross_encoder":
+            from methods.exit_cross_encoder import CrossEncoderClassifier
+
+            self.cross = CrossEncoderClassifier(self.model_ref, self.adapter, self.max_length, self.batch_size,
+                                                "cpu" if self.device == "auto" else self.device)
+            self.cross.load()
+            return
         from harness.lm import get_lm
 
         self.lm = get_lm(self.model_ref, engine=self.engine, dtype=self.dtype, adapter=self.adapter,
@@ -158,8 +174,10 @@ class Exit(Compressor):
 
     def score(self, question: str, context: str, sentences: Sequence[str]) -> list[float]:
         """P(Yes) of each sentence of one passage (``context`` is the passage with its title)."""
-        if self.lm is None:
+        if self.lm is None and self.cross is None:
             raise RuntimeError("Exit was not bound to a run (call bind(MethodEnv(...)))")
+        if self.cross is not None:
+            return self.cross.score([(question, s, context) for s in sentences])
         return self._score([self.classifier_prompt(question, context, s) for s in sentences])
 
     # ------------------------------------------------------------------ compression
@@ -175,8 +193,12 @@ class Exit(Compressor):
                 context = f"{p.title.strip()}\n{text}" if p.title.strip() else text
                 jobs.append((ex.question, context, group))
         cands = [c for _, _, group in jobs for c in group]
-        prompts = [h + t for q, ctx, group in jobs for h, t in (self._encode(q, ctx, c.text) for c in group)]
-        scored = list(zip(cands, self._score(prompts), strict=True))
+        if self.cross is not None:
+            scores = self.cross.score([(q, c.text, ctx) for q, ctx, group in jobs for c in group])
+        else:
+            encoded = (self._encode(q, ctx, c.text) for q, ctx, group in jobs for c in group)
+            scores = self._score([h + t for h, t in encoded])
+        scored = list(zip(cands, scores, strict=True))
         return [self._assemble([(c, x) for c, x in scored if c.example == ei]) for ei in range(len(examples))]
 
     def compress(self, example: Example) -> Compressed:
@@ -197,8 +219,11 @@ class Exit(Compressor):
         from harness.models import resolve
 
         adapter = resolve(self.adapter).describe() if self.adapter else None
+        if self.cross is not None:
+            return {"name": self.name, "threshold": self.threshold, "classifier": self.cross.describe()}
         return {
             "name": self.name,
+            "kind": self.kind,
             "model": resolve(self.model_ref).describe(),
             "adapter": adapter,
             "threshold": self.threshold,

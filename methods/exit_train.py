@@ -77,80 +77,121 @@ def figures(classifier, examples) -> dict[str, Any]:
     }
 
 
-def run(cfg: DictConfig) -> dict[str, Any]:
-    import torch
-
-    from harness import provenance
+def questions(cfg: DictConfig) -> tuple[list, list, dict[str, str]]:
+    """(train, validation) questions: a seeded shuffle of each train split, the last ``val_fraction`` held out
+    (HotpotQA's yes/no questions left out: every sentence would "contain" their answer); and the files' hashes."""
     from harness.data import DatasetSpec, load_dataset
-    from harness.lm import release
-    from harness.lm.loading import load_hf
-    from harness.lm.lora import SFTExample, save_adapter, train_lora
-    from harness.models import file_sha256, resolve
-    from harness.protocols import MethodEnv
-    from methods.exit import Exit
+    from harness.models import file_sha256
 
-    t0 = time.perf_counter()
-    torch.set_num_threads(int(cfg.threads))
-    out = Path(cfg.out_dir)
-    rng = random.Random(int(cfg.seed))
     d = cfg.data
     train_q, val_q, hashes = [], [], {}
     for name, n in d.questions.items():
         path = Path(d.root) / name / f"{d.split}.jsonl.gz"
         examples = load_dataset(DatasetSpec(name, str(path), int(d.top_k), d.rank[name], None))
         hashes[str(path)] = file_sha256(path)
+        examples = [e for e in examples if not {a.strip().lower() for a in e.answers} <= {"yes", "no"}]
         random.Random(f"{cfg.seed}:{name}").shuffle(examples)
-        chosen = examples[: int(n)]
+        chosen = examples[: int(n)] if n is not None else examples
         n_val = round(float(d.val_fraction) * len(chosen))
         train_q += chosen[: len(chosen) - n_val]
         val_q += chosen[len(chosen) - n_val :]
-    rows = {part: [{"id": e.id, "part": part, **r} for e in qs
-                   for r in labelled_sentences(e, int(d.max_positives), int(d.negatives_per_positive), rng)]
-            for part, qs in (("train", train_q), ("val", val_q))}
-    by_id = {e.id: e for e in train_q + val_q}
+    return train_q, val_q, hashes
 
-    model, tok = load_hf(cfg.lm, str(cfg.dtype))
-    classifier = Exit(cfg.lm, prompt=cfg.prompt, max_length=int(cfg.max_length), threshold=float(cfg.threshold))
+
+def train_lm(cfg: DictConfig, rows: dict[str, list], by_id: dict, out: Path) -> dict[str, Any]:
+    """``kind=lm``: a LoRA on the classifier LM answering EXIT's Yes/No prompt (resumable, best step by
+    validation loss)."""
+    from harness.lm.loading import load_hf
+    from harness.lm.lora import SFTExample, save_adapter, train_lora
+    from methods.exit import Exit
+
+    model, tok = load_hf(cfg.model, str(cfg.dtype))
+    classifier = Exit(cfg.model, prompt=cfg.prompt, max_length=int(cfg.max_length), threshold=float(cfg.threshold))
     classifier.use_tokenizer(tok)
 
     def examples(part: str) -> list[SFTExample]:
         return [SFTExample(classifier.classifier_prompt(by_id[r["id"]].question, r["context"], r["text"]),
                            [classifier.yes_id if r["label"] else classifier.no_id]) for r in rows[part]]
 
-    train, val = examples("train"), examples("val")
+    tuned, report = train_lora(
+        model, examples("train"), examples("val"), r=int(cfg.lora.r), alpha=int(cfg.lora.alpha),
+        dropout=float(cfg.lora.dropout), target_modules=list(cfg.lora.target_modules), lr=float(cfg.lr),
+        epochs=float(cfg.epochs), grad_accum=int(cfg.grad_accum), warmup_ratio=float(cfg.warmup_ratio),
+        seed=int(cfg.seed), checkpoint=out.parent / f".{out.name}.checkpoint.pt", save_every=int(cfg.save_every),
+        eval_every=int(cfg.eval_every), select_best=bool(cfg.select_best), progress=bool(cfg.progress),
+    )
+    save_adapter(tuned, out, cfg.model)
+    return report
+
+
+def train_cross(cfg: DictConfig, rows: dict[str, list], by_id: dict, out: Path) -> dict[str, Any]:
+    """``kind=cross_encoder``: a LoRA and a one-logit head on the encoder (``methods.exit_cross_encoder``)."""
+    from methods.exit_cross_encoder import save_classifier, train_cross_encoder
+
+    def pairs(part: str) -> list:
+        return [((by_id[r["id"]].question, r["text"], r["context"]), bool(r["label"])) for r in rows[part]]
+
+    c = cfg.cross_encoder
+    model, _, report = train_cross_encoder(
+        cfg.model, pairs("train"), pairs("val"), lora=OmegaConf.to_container(c.lora), lr=float(c.lr),
+        epochs=int(c.epochs), batch_size=int(c.batch_size), warmup_ratio=float(c.warmup_ratio),
+        max_length=int(cfg.max_length), seed=int(cfg.seed), eval_every=int(c.eval_every),
+        progress=bool(cfg.progress))
+    save_classifier(model, out, cfg.model)
+    return report
+
+
+def run(cfg: DictConfig) -> dict[str, Any]:
+    import torch
+
+    from harness import provenance
+    from harness.lm import release
+    from harness.models import resolve
+    from harness.protocols import MethodEnv
+    from methods.exit import Exit
+
+    t0 = time.perf_counter()
+    torch.set_num_threads(int(cfg.threads))
+    if cfg.kind not in ("lm", "cross_encoder"):
+        raise ValueError(f"kind={cfg.kind!r}; valid: lm, cross_encoder")
+    out = Path(cfg.out_dir)
+    rng = random.Random(int(cfg.seed))
+    d = cfg.data
+    train_q, val_q, hashes = questions(cfg)
+    rows = {part: [{"id": e.id, "part": part, **r} for e in qs
+                   for r in labelled_sentences(e, int(d.max_positives), int(d.negatives_per_positive), rng)]
+            for part, qs in (("train", train_q), ("val", val_q))}
+    by_id = {e.id: e for e in train_q + val_q}
     out.parent.mkdir(parents=True, exist_ok=True)
     with (out.parent / "labels.jsonl").open("w", encoding="utf-8") as f:
         for r in rows["train"] + rows["val"]:
             f.write(json.dumps({k: v for k, v in r.items() if k != "context"}, ensure_ascii=False) + "\n")
-    tuned, report = train_lora(
-        model, train, val, r=int(cfg.lora.r), alpha=int(cfg.lora.alpha), dropout=float(cfg.lora.dropout),
-        target_modules=list(cfg.lora.target_modules), lr=float(cfg.lr), epochs=float(cfg.epochs),
-        grad_accum=int(cfg.grad_accum), warmup_ratio=float(cfg.warmup_ratio), seed=int(cfg.seed),
-        checkpoint=out.parent / f".{out.name}.checkpoint.pt", save_every=int(cfg.save_every),
-        eval_every=int(cfg.eval_every), select_best=bool(cfg.select_best), progress=bool(cfg.progress),
-    )
-    save_adapter(tuned, out, cfg.lm)
-    del tuned
+    report = (train_cross if cfg.kind == "cross_encoder" else train_lm)(cfg, rows, by_id, out)
     t_train = time.perf_counter() - t0
 
     shown = val_q[: int(d.val_questions)]
     env = MethodEnv(count_tokens=lambda s: 0)
     found: dict[str, Any] = {}
-    for label, adapter in (("zero_shot", None), ("trained", str(out))) if shown else ():
-        c = Exit(cfg.lm, adapter=adapter, prompt=cfg.prompt, max_length=int(cfg.max_length),
-                 threshold=float(cfg.threshold), dtype=cfg.inference_dtype, engine=cfg.engine)
+    zero = cfg.zero_shot
+    for label, kw in (("zero_shot", {"model": zero.model, "adapter": None, "prompt": zero.prompt, "kind": "lm",
+                                     "max_length": int(zero.max_length), "threshold": float(zero.threshold)}),
+                      ("trained", {"model": cfg.model, "adapter": str(out), "prompt": cfg.prompt, "kind": cfg.kind,
+                                   "max_length": int(cfg.max_length), "threshold": float(cfg.threshold)})):
+        if not shown:
+            break
+        c = Exit(dtype=cfg.inference_dtype, engine=cfg.engine, **kw)
         c.bind(env)
-        found[label] = figures(c, shown)
+        found[label] = {"threshold": kw["threshold"], **figures(c, shown)}
     release(lambda m: m.info.get("adapter") == str(out))
     manifest = {
-        "what": "EXIT classifier LoRA (methods/exit_train.py): SmolLM2 answers EXIT's Yes/No prompt",
+        "what": f"EXIT classifier ({cfg.kind}) trained by methods/exit_train.py on answer-sentence labels",
         "labels": {p: {"questions": len({r["id"] for r in rs}), "sentences": len(rs),
                        "positive": sum(r["label"] for r in rs)} for p, rs in rows.items()},
         "questions": {"train": len(train_q), "val": len(val_q)},
         "data": {"files": hashes, "top_k": int(d.top_k), "rank": OmegaConf.to_container(d.rank)},
         "train": report,
-        "validation_at_threshold": {"threshold": float(cfg.threshold), **found},
-        "model": resolve(cfg.lm).describe(),
+        "validation_figures": found,
+        "model": resolve(cfg.model).describe(),
         "seconds": {"train": round(t_train, 1), "total": round(time.perf_counter() - t0, 1)},
         "config": provenance.redact(OmegaConf.to_container(cfg, resolve=True)),
         "packages": provenance.package_versions(),
@@ -165,7 +206,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
 def main(cfg: DictConfig) -> None:
     apply_profile_env(cfg)
     m = run(cfg)
-    print(json.dumps({"out_dir": cfg.out_dir, "validation": m["validation_at_threshold"], "seconds": m["seconds"]},
+    print(json.dumps({"out_dir": cfg.out_dir, "validation": m["validation_figures"], "seconds": m["seconds"]},
                      indent=1))
 
 

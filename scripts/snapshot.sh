@@ -29,7 +29,7 @@ TRAINED=(
   compselect_random_truncation
   finefilter
   csm csm_e2e csm_sentences
-  exit exit_threshold0.35
+  exit exit_zeroshot
 )
 
 group=${1:-all}

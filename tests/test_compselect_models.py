@@ -359,3 +359,25 @@ def test_interrupted_training_resumes_to_the_uninterrupted_adapter(tmp_path):
     with pytest.raises(ValueError, match="other settings or data"):
         train_lora(case["tiny"](), train, val, r=4, alpha=8, dropout=0.0, target_modules=["q_proj", "v_proj"],
                    lr=1e-3, epochs=3, grad_accum=2, warmup_ratio=0.1, seed=0, checkpoint=ckpt, save_every=2)
+
+
+def test_bf16_autocast_keeps_fp32_master_weights_and_tracks_the_fp32_losses(tmp_path):
+    """``compute_dtype="bfloat16"`` (mixed precision): the LoRA stays fp32, the losses follow the fp32 run's
+    closely (bf16 rounding only) and both runs lower the loss; the report says which was used."""
+    import runpy
+
+    script = tmp_path / "resume_case.py"
+    script.write_text(RESUME_SCRIPT)
+    case = runpy.run_path(str(script))
+    train, val = case["data"]()
+    from methods.compselect.sft import train_lora
+
+    kw = dict(r=4, alpha=8, dropout=0.0, target_modules=["q_proj", "v_proj"], lr=5e-3, epochs=3, grad_accum=2,
+              warmup_ratio=0.1, seed=0)
+    m32, r32 = train_lora(case["tiny"](), train, val, **kw)
+    m16, r16 = train_lora(case["tiny"](), train, val, compute_dtype="bfloat16", **kw)
+    assert r32["compute_dtype"] is None and r16["compute_dtype"] == "bfloat16"
+    assert all(p.dtype == torch.float32 for p in m16.parameters() if p.requires_grad)
+    assert r16["step_losses"] != r32["step_losses"]  # bf16 did run
+    assert r16["step_losses"] == pytest.approx(r32["step_losses"], rel=0.03)
+    assert r16["val_loss_after"] < r16["val_loss_before"] and r32["val_loss_after"] < r32["val_loss_before"]

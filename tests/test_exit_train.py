@@ -1,5 +1,6 @@
 """EXIT's classifier training (methods/exit_train.py) on real train questions: the labels follow the rule, the
-training prompts are the ones EXIT scores at inference, and a tiny run writes an adapter that the method loads."""
+training prompts are the ones EXIT scores at inference, tiny runs of both kinds write adapters that the method
+loads, and the committed cross-encoder tells answer sentences from the others on its validation questions."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ import random
 
 import pytest
 
-from tests.conftest import DATA, LM, REPO, load_slice
+from tests.conftest import DATA, ENCODER, LM, REPO, load_slice
+
+COMMITTED = REPO / "methods" / "exit_artifacts" / "embedded" / "classifier"
 
 
 def test_labels_are_answer_sentences_and_other_sentences_of_the_same_passages():
@@ -40,8 +43,9 @@ def test_a_tiny_training_run_writes_an_adapter_exit_loads(tmp_path, generator):
 
     with initialize_config_dir(str(REPO / "conf"), version_base="1.3"):
         cfg = compose("train/exit", overrides=[
-            f"out_dir={tmp_path / 'classifier'}", f"data.root={DATA}", "progress=false",
-            "data.questions={nq: 6, triviaqa: 0, hotpotqa: 0}", "data.val_fraction=0.5", "data.val_questions=0",
+            f"out_dir={tmp_path / 'classifier'}", f"data.root={DATA}", "progress=false", "kind=lm", f"model={LM}",
+            "max_length=1024", "data.questions={nq: 6, triviaqa: 0, hotpotqa: 0}", "data.val_fraction=0.5",
+            "data.val_questions=0", "data.max_positives=2", "data.negatives_per_positive=1",
             "grad_accum=2", "eval_every=1", "save_every=1",
         ])
     m = run(cfg)
@@ -58,3 +62,71 @@ def test_a_tiny_training_run_writes_an_adapter_exit_loads(tmp_path, generator):
     ctx = f"{p.title.strip()}\n{p.text.strip()}"
     scores = trained.score(ex.question, ctx, [p.text.strip()])
     assert 0.0 <= scores[0] <= 1.0
+
+
+@pytest.mark.slow
+def test_a_tiny_cross_encoder_run_writes_a_classifier_exit_loads(tmp_path):
+    from hydra import compose, initialize_config_dir
+
+    from harness.protocols import MethodEnv
+    from methods.exit import Exit
+    from methods.exit_train import run
+
+    with initialize_config_dir(str(REPO / "conf"), version_base="1.3"):
+        cfg = compose("train/exit", overrides=[
+            f"out_dir={tmp_path / 'classifier'}", f"data.root={DATA}", "progress=false", "kind=cross_encoder",
+            f"model={ENCODER}", "data.questions={nq: 8, triviaqa: 0, hotpotqa: 0}", "data.val_fraction=0.5",
+            "data.val_questions=0", "cross_encoder.epochs=1", "cross_encoder.batch_size=8",
+            "cross_encoder.eval_every=2",
+        ])
+    m = run(cfg)
+    assert m["questions"] == {"train": 4, "val": 4} and m["train"]["steps"] >= 2
+    assert [h["step"] for h in m["train"]["val_history"]][:2] == [0, 2]
+    assert (tmp_path / "classifier" / "adapter_model.safetensors").stat().st_size < 4_000_000  # LoRA + head only
+    trained = Exit(ENCODER, adapter=str(tmp_path / "classifier"), kind="cross_encoder", max_length=256)
+    trained.bind(MethodEnv(count_tokens=len))
+    ex = load_slice("nq", 1, split="train")[0]
+    p = ex.passages[0]
+    sents = [p.text.strip()[:80], p.text.strip()[80:]]
+    scores = trained.score(ex.question, f"{p.title}\n{p.text}", sents)
+    assert len(scores) == 2 and all(0.0 < x < 1.0 for x in scores)
+
+
+def _val_questions(n: int):
+    """The committed classifier's validation questions (its labels.jsonl), loaded from the train splits."""
+    ids = []
+    for line in (COMMITTED.parent / "labels.jsonl").read_text().splitlines():
+        r = json.loads(line)
+        if r["part"] == "val" and r["id"] not in ids:
+            ids.append(r["id"])
+    found = [e for name in ("nq", "triviaqa", "hotpotqa") for e in load_slice(name, 10_000, split="train")
+             if e.id in set(ids)]
+    random.Random(0).shuffle(found)
+    return found[:n]
+
+
+@pytest.mark.slow
+def test_the_committed_classifier_ranks_answer_sentences_first_on_its_validation_questions():
+    """Area under the ROC of P(useful) for answer sentences vs the others of the same passages, on held-out
+    (validation) train questions: 0.5 is chance; the zero-shot SmolLM2 prompt scores near it."""
+    from harness.metrics import subem
+    from harness.protocols import MethodEnv
+    from harness.text import split_sentences
+    from methods.exit import Exit
+
+    c = Exit(ENCODER, adapter=str(COMMITTED), kind="cross_encoder", max_length=256)
+    c.bind(MethodEnv(count_tokens=len))
+    pos, neg, kept_any = [], [], 0
+    questions = _val_questions(25)
+    for ex in questions:
+        kept = False
+        for p in ex.passages:
+            sents = split_sentences(p.text.strip())
+            scores = c.score(ex.question, f"{p.title.strip()}\n{p.text.strip()}", sents)
+            for s, x in zip(sents, scores, strict=True):
+                (pos if subem(s, ex.answers) else neg).append(x)
+                kept |= x >= c.threshold
+        kept_any += kept
+    auc = sum((a > b) + 0.5 * (a == b) for a in pos for b in neg) / (len(pos) * len(neg))
+    assert len(pos) >= 10 and auc >= 0.8, (len(pos), auc)
+    assert kept_any >= 0.7 * len(questions)

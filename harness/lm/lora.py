@@ -59,15 +59,22 @@ def lora_config(r: int, alpha: int, dropout: float, target_modules: Any):
     )
 
 
-def _loss(model, ex: SFTExample):
+def _loss(model, ex: SFTExample, compute_dtype: str | None = None):
+    """The example's mean target-token loss; ``compute_dtype`` (``bfloat16``) runs the forward pass under CPU/GPU
+    autocast while the weights, the LoRA and the optimizer stay in their own dtype (mixed precision)."""
+    import contextlib
+
     import torch
 
     ids = torch.tensor([ex.prompt + ex.target], device=model.device)
     labels = torch.tensor([[-100] * len(ex.prompt) + ex.target], device=model.device)
-    return model(input_ids=ids, labels=labels).loss
+    amp = (torch.autocast(model.device.type, dtype=getattr(torch, compute_dtype)) if compute_dtype
+           else contextlib.nullcontext())
+    with amp:
+        return model(input_ids=ids, labels=labels).loss.float()
 
 
-def eval_loss(model, examples: Sequence[SFTExample]) -> float | None:
+def eval_loss(model, examples: Sequence[SFTExample], compute_dtype: str | None = None) -> float | None:
     """Mean per-example target-token loss (no gradient)."""
     import torch
 
@@ -76,7 +83,7 @@ def eval_loss(model, examples: Sequence[SFTExample]) -> float | None:
     was_training = model.training
     model.eval()
     with torch.inference_mode():
-        losses = [float(_loss(model, e)) for e in examples]
+        losses = [float(_loss(model, e, compute_dtype)) for e in examples]
     model.train(was_training)
     return sum(losses) / len(losses)
 
@@ -136,6 +143,7 @@ def train_lora(
     select_best: bool = False,
     progress: bool = False,
     on_step: Callable[[int], None] | None = None,
+    compute_dtype: str | None = None,
 ) -> tuple[Any, dict[str, Any]]:
     """Train a LoRA adapter on ``base`` (left untouched); returns the peft model and a report of the run.
 
@@ -144,7 +152,8 @@ def train_lora(
     gradient accumulation, so LLaMA-Factory's). The difference matters for the truncator: an empty target is
     one token (stop), so per example it outweighs the first token of a kept prefix ~30 to 1. ``checkpoint``,
     ``save_every``, ``eval_every``, ``select_best``: see the module docstring; ``on_step(step)`` runs after each
-    optimizer step and its checkpoint (tests kill the process there).
+    optimizer step and its checkpoint (tests kill the process there). ``compute_dtype="bfloat16"``: forward and
+    backward under autocast (fp32 master weights; see ``_loss``), null: the weights' own dtype.
     """
     if loss_norm not in ("example", "token"):
         raise ValueError(f"loss_norm={loss_norm!r}; valid: example, token")
@@ -179,6 +188,8 @@ def train_lora(
     settings = {"r": r, "alpha": alpha, "dropout": dropout, "target_modules": str(target_modules), "lr": lr,
                 "epochs": epochs, "grad_accum": grad_accum, "warmup_ratio": warmup_ratio, "seed": seed,
                 "max_steps": max_steps, "loss_norm": loss_norm, "eval_every": eval_every}
+    if compute_dtype:  # only when set, so that checkpoints written before the option still resume
+        settings["compute_dtype"] = compute_dtype
     fp = _fingerprint(base, train, val, settings)
     ckpt = Path(checkpoint) if checkpoint else None
     t0, c0 = time.perf_counter(), time.process_time()
@@ -199,14 +210,14 @@ def train_lora(
         val_before = saved["val_before"]
         log.info("resumed %s at step %d/%d", ckpt, start, steps)
     else:
-        val_before = eval_loss(model, val)
+        val_before = eval_loss(model, val, compute_dtype)
     model.train()
     bar = tqdm(total=steps, initial=start, desc="LoRA SFT", unit="step", disable=not progress)
     for s in range(start, len(groups)):
         group = groups[s]
         acc = 0.0
         for j in group:
-            loss = _loss(model, train[j])
+            loss = _loss(model, train[j], compute_dtype)
             if loss_norm == "token":
                 w = len(train[j].target) / sum(len(train[g].target) for g in group)
                 (loss * w).backward()
@@ -221,7 +232,7 @@ def train_lora(
         step_losses.append(round(acc, 4))
         done = s + 1
         if eval_every and (done % eval_every == 0 or done == len(groups)):
-            v = eval_loss(model, val)
+            v = eval_loss(model, val, compute_dtype)
             val_history.append([done, v])
             if select_best and v is not None and (best is None or v < best["loss"]):
                 best = {"step": done, "loss": v, "lora": _trainable(model)}
@@ -240,7 +251,7 @@ def train_lora(
         _load_trainable(model, best["lora"])
         selected = best["step"]
     model.eval()
-    val_after = eval_loss(model, val)
+    val_after = eval_loss(model, val, compute_dtype)
     if ckpt is not None and ckpt.is_file():
         ckpt.unlink()  # the run is complete: its adapter is the caller's to save
     report = {
@@ -259,6 +270,7 @@ def train_lora(
         },
         "seed": seed,
         "loss_norm": loss_norm,
+        "compute_dtype": compute_dtype,
         "step_losses": step_losses,
         "val_loss_before": val_before,
         "val_loss_after": val_after,

@@ -231,6 +231,7 @@ def sft_stage(name: str, cfg_stage: DictConfig, cfg: DictConfig, lm, train_ex, v
         eval_every=int(cfg_stage.get("eval_every") or 0),
         select_best=bool(cfg_stage.get("select_best")),
         progress=bool(cfg.get("progress", True)),
+        compute_dtype=cfg_stage.get("compute_dtype"),
     )
     save_adapter(model, out / name, cfg.lm, "float16" if cfg.dtype == "float32" else cfg.dtype)
     del model
