@@ -182,3 +182,25 @@ def test_threshold_curve_from_records_reproduces_the_adapters_selection(env, sma
     everything = render_documents([p.text for p in small.passages])
     assert rows[0]["cr"] == pytest.approx(original / env.count_tokens(everything))
     assert (rows[2]["cr"], rows[2]["empty"], rows[1]["empty"]) == (None, 1, 0)
+
+
+def test_the_embedded_exit_config_is_the_trained_cross_encoder_and_keeps_the_answer_sentence(env, small):
+    """``method=exit`` on the embedded profile: the committed MiniLM classifier at the paper's 0.5 keeps the
+    sentence that answers the question, in original order, and not the other passage's capital."""
+    from hydra import compose, initialize_config_dir
+    from hydra.utils import instantiate
+
+    from tests.conftest import REPO
+
+    with initialize_config_dir(str(REPO / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=["method=exit", "dataset=nq"])
+    assert cfg.method.kind == "cross_encoder" and cfg.method.threshold == 0.5
+    ex = instantiate(cfg.method)
+    ex.bind(env)
+    out = ex.compress(small)
+    scores = out.meta["scores"]
+    assert len(scores) == len(ALL) and all(0.0 < x < 1.0 for x in scores)
+    assert Unit(0, 0) in out.units and Unit(1, 0) not in out.units
+    assert scores[0] == max(scores)  # "Paris is the capital of France." ranks first
+    assert out.units == sorted(out.units, key=lambda u: (u.passage, u.sentence))
+    assert ex.describe()["classifier"]["adapter_sha256"]
