@@ -165,7 +165,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     out.parent.mkdir(parents=True, exist_ok=True)
     with (out.parent / "labels.jsonl").open("w", encoding="utf-8") as f:
         for r in rows["train"] + rows["val"]:
-            f.write(json.dumps({k: v for k, v in r.items() if k != "context"}, ensure_ascii=False) + "\n")
+            row = {k: v for k, v in r.items() if k not in ("context", "text")}  # the sentence: (passage, sentence)
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
     report = (train_cross if cfg.kind == "cross_encoder" else train_lm)(cfg, rows, by_id, out)
     t_train = time.perf_counter() - t0
 
