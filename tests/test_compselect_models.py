@@ -374,7 +374,7 @@ def test_bf16_autocast_keeps_fp32_master_weights_and_tracks_the_fp32_losses(tmp_
 
     kw = dict(r=4, alpha=8, dropout=0.0, target_modules=["q_proj", "v_proj"], lr=5e-3, epochs=3, grad_accum=2,
               warmup_ratio=0.1, seed=0)
-    m32, r32 = train_lora(case["tiny"](), train, val, **kw)
+    _, r32 = train_lora(case["tiny"](), train, val, **kw)
     m16, r16 = train_lora(case["tiny"](), train, val, compute_dtype="bfloat16", **kw)
     assert r32["compute_dtype"] is None and r16["compute_dtype"] == "bfloat16"
     assert all(p.dtype == torch.float32 for p in m16.parameters() if p.requires_grad)
