@@ -87,11 +87,11 @@ class CrossEncoderClassifier:
         return out
 
     def describe(self) -> dict[str, Any]:
-        from harness.models import resolve
-        from methods.compselect.lora_lm import adapter_digest
+        from harness.models import file_sha256, resolve
 
+        weights = Path(self.adapter) / "adapter_model.safetensors" if self.adapter else None
         return {"kind": "cross_encoder", "base": resolve(self.base).describe(), "adapter": self.adapter,
-                "adapter_sha256": adapter_digest(self.adapter) if self.adapter else None,
+                "adapter_sha256": file_sha256(weights) if weights else None,
                 "max_length": self.max_length}
 
 
