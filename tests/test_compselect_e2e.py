@@ -56,6 +56,8 @@ def test_compresses_two_real_examples(compselect, nq5):
             assert doc == split_sentences(ex.passages[u.passage].text)[u.sentence]
         assert set(meta["diagnostics"]) == {"eligible", "recall1", "hit2_at1", "recall3"}
         assert "truncator_output" in meta or meta["n_clues"] == 0
+        if meta["n_clues"]:  # the embedded profile's thresholded decision (truncator_decision)
+            assert (meta["k"] == 0) == (meta["truncator_p_empty"] >= compselect.empty_threshold)
     info = compselect.describe()
     assert set(info["adapters"]) == {"extractor", "truncator"}
     assert all(a["sha256"] for a in info["adapters"].values()) and info["reranker"]["trained"]["lora"]
@@ -115,10 +117,38 @@ def test_truncator_probe_reports_predicted_against_label_k(tmp_path, generator):
     labels = REPO / "methods/compselect/artifacts/embedded/labels/truncator_labels.jsonl"
     rows = labels.read_text().splitlines()[:3]
     (tmp_path / "l.jsonl").write_text("\n".join(rows) + "\n")
-    report = main([str(REPO / "methods/compselect/artifacts/embedded/truncator"), str(tmp_path / "l.jsonl")])
-    assert report["questions"] == 3 and sum(report["predicted_k"].values()) == 3
+    adapter = str(REPO / "methods/compselect/artifacts/embedded/truncator")
+    report = main([adapter, str(tmp_path / "l.jsonl"), "--dtype", "float32"])
+    greedy = report["decisions"]["greedy"]
+    assert report["questions"] == 3 and sum(greedy["predicted_k"].values()) == 3
     assert report["label_k"] == dict(sorted(Counter(json.loads(r)["k"] for r in rows).items()))
-    assert 0 <= report["agree_keep_or_not"] <= 3
+    assert 0 <= greedy["agree_keep_or_not"] <= 3
+    swept = main([adapter, str(tmp_path / "l.jsonl"), "--dtype", "float32", "--thresholds", "1e-9,1.0"])["decisions"]
+    assert swept["1e-09"]["predicted_k"] == {0: 3} and swept["1.0"]["kept_something"] == 1.0
+
+
+@pytest.mark.parametrize("output, folder", [("text", "truncator"), ("index", "truncator_index")])
+def test_thresholded_truncator_decision_keeps_more_as_the_threshold_rises(output, folder):
+    """``truncator_decision`` on the committed truncators and real ranked clue lists: the probability of the
+    empty set does not depend on the threshold, the empty set is chosen exactly where it reaches the threshold,
+    and a kept prefix is a valid K in [1, n]."""
+    from harness.lm import get_lm
+    from methods.compselect.prompts import truncator_messages
+    from methods.compselect.truncator_decision import truncator_decision
+
+    art = REPO / "methods/compselect/artifacts/embedded"
+    rows = [json.loads(x) for x in (art / "labels/truncator_labels.jsonl").read_text().splitlines()[:6]]
+    lm = get_lm("embedded:smollm2-135m-instruct", dtype="float32", adapter=str(art / folder))
+    prompts = [truncator_messages(f"question {i}", r["ranked"]) for i, r in enumerate(rows)]
+    lists = [r["ranked"] for r in rows]
+    runs = {t: truncator_decision(lm, prompts, lists, output, t) for t in (1e-9, 0.5, 1.0)}
+    p = [d.p_empty for d in runs[0.5]]
+    assert all(0.0 < x < 1.0 for x in p)
+    for t, decisions in runs.items():
+        assert [d.p_empty for d in decisions] == pytest.approx(p)
+        for d, n, pe in zip(decisions, (len(x) for x in lists), p, strict=True):
+            assert (d.k == 0) == (pe >= t) and 0 <= d.k <= n
+    assert all(d.k >= 1 for d in runs[1.0]) and all(d.k == 0 for d in runs[1e-9])
 
 
 def test_finefilter_truncator_outputs_an_index(env, nq5):

@@ -339,8 +339,20 @@ def test_interrupted_training_resumes_to_the_uninterrupted_adapter(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     killed = subprocess.run([sys.executable, str(script), str(ckpt), "5"], env=env, capture_output=True, timeout=300)
     assert killed.returncode == -9 and ckpt.is_file()  # died by SIGKILL, leaving the step-4 checkpoint
+    from harness.lm.lora import eval_loss, from_checkpoint
+
+    lora = dict(r=4, alpha=8, dropout=0.0, target_modules=["q_proj", "v_proj"])
+    stopped = {w: from_checkpoint(case["tiny"](), ckpt, which=w, **lora) for w in ("best", "last")}
     resumed, r_report = case["run"](ckpt)
     whole, w_report = case["run"](None)
+    # the adapter of the stopped run: its step-4 state (last) or its best validated step so far (best)
+    _, val = case["data"]()
+    seen = w_report["val_history"][:2]  # steps 2 and 4
+    assert stopped["last"][1]["stopped_at_step"] == 4 and stopped["last"][1]["selected_step"] == 4
+    assert eval_loss(stopped["last"][0], val) == pytest.approx(seen[1][1], rel=1e-5)
+    best_seen = min(seen, key=lambda x: x[1])
+    assert stopped["best"][1]["selected_step"] == best_seen[0] and stopped["best"][1]["val_history"] == seen
+    assert eval_loss(stopped["best"][0], val) == pytest.approx(best_seen[1], rel=1e-5)
     assert r_report["resumed_at_step"] == 4 and w_report["resumed_at_step"] is None
     assert r_report["optimizer_steps"] == w_report["optimizer_steps"] == 12
     assert r_report["step_losses"] == w_report["step_losses"]

@@ -280,3 +280,18 @@ def test_finefilter_is_compselect_with_an_index_truncator():
     assert ff.truncator.endswith("/truncator_index") and ff.extractor == cs.extractor
     assert ff.reranker == cs.reranker
     assert parse_truncation("2", ["a", "b", "c"], "index") == 2 and parse_truncation("0", ["a"], "index") == 0
+
+
+def test_the_paper_profile_keeps_the_greedy_truncator_and_the_embedded_one_a_validated_threshold():
+    from hydra import compose, initialize_config_dir
+
+    from harness.config import register_resolvers
+    from tests.conftest import REPO
+
+    register_resolvers()
+    with initialize_config_dir(str(REPO / "conf"), version_base="1.3"):
+        paper = {m: compose("config", overrides=[f"method={m}", "profile=paper"]).method
+                 for m in ("compselect", "finefilter")}
+        emb = {m: compose("config", overrides=[f"method={m}"]).method for m in ("compselect", "finefilter")}
+    assert all(c.empty_threshold is None and c.max_input_tokens == 2048 for c in paper.values())
+    assert all(0 < c.empty_threshold <= 1 and c.max_input_tokens == 1024 for c in emb.values())

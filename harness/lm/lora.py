@@ -284,6 +284,34 @@ def train_lora(
     return model, report
 
 
+def from_checkpoint(
+    base, checkpoint: str | Path, *, r: int, alpha: int, dropout: float, target_modules: Any, which: str = "best"
+) -> tuple[Any, dict[str, Any]]:
+    """The adapter of a stopped training run, read from its checkpoint: ``best`` (the step with the lowest
+    validation loss so far) or ``last`` (the checkpoint's step); the LoRA settings must be the run's. Returns the
+    peft model and a report (steps done, selected step, validation history) for the manifest, so that a run cut
+    short for time is recorded as such."""
+    import torch
+    from peft import get_peft_model
+
+    if which not in ("best", "last"):
+        raise ValueError(f"which={which!r}; valid: best, last")
+    saved = torch.load(Path(checkpoint), weights_only=True)
+    state = saved["lora"] if which == "last" or not saved.get("best") else saved["best"]["lora"]
+    model = get_peft_model(weight_sharing_copy(base), lora_config(r, alpha, dropout, target_modules))
+    _load_trainable(model, state)
+    model.eval()
+    selected = int(saved["step"]) if state is saved["lora"] else int(saved["best"]["step"])
+    return model, {
+        "from_checkpoint": str(checkpoint),
+        "stopped_at_step": int(saved["step"]),
+        "selected_step": selected,
+        "step_losses": saved["step_losses"],
+        "val_loss_before": saved["val_before"],
+        "val_history": saved["val_history"],
+    }
+
+
 def save_adapter(model, out_dir: str | Path, base_ref: str, dtype: str = "float16") -> Path:
     """Write ``adapter_config.json`` and ``adapter_model.safetensors`` (weights cast to ``dtype`` to stay
     small).

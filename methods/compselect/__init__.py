@@ -36,6 +36,10 @@ Departures (each also noted where it happens):
   a few hundred training examples, 1-2 epochs, shorter inputs; the reranker is all-MiniLM-L6-v2 fine-tuned
   with a LoRA adapter (so the committed artifact is small) instead of a full fine-tune of distilbert.
 - Greedy decoding everywhere instead of temperature 0.01 sampling (equivalent up to ties).
+- Embedded profile: the extractor reads 1,024 prompt tokens at inference, as in its training (paper: trained
+  at 4,096, run at 2,048; ``models.compselect.max_input_tokens``), and the truncator keeps nothing only when its
+  first-token probability of the empty set reaches ``models.compselect.empty_threshold``, chosen on validation
+  labels (``truncator_decision.py``); the paper profile keeps the greedy output (``null``).
 """
 
 from methods.compselect.method import CompSelect

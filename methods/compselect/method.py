@@ -15,6 +15,7 @@ from harness.types import Compressed, Example, Unit
 from methods.compselect.cascade import cascade
 from methods.compselect.parsing import DEFAULT_THRESHOLD, Clue, map_clues, parse_truncation
 from methods.compselect.prompts import OUTPUTS, extractor_messages, truncator_messages
+from methods.compselect.truncator_decision import truncator_decision
 
 TRUNCATIONS = ("adaptive", "none", "random")
 
@@ -70,7 +71,9 @@ class CompSelect(Compressor):
     un-tuned LM with the extractor prompt). ``reranker`` is a scorer built from config (``None``: the
     extractor's order). ``truncation``: ``adaptive`` (the truncator), ``none`` (keep every clue) or ``random``
     (K uniform in [0, n], seeded per example). ``truncator_output``: ``text`` (CompSelect) or ``index``
-    (FineFilter's K).
+    (FineFilter's K). ``empty_threshold`` (``None``: the paper's greedy output): the truncator keeps nothing only
+    when its first-token probability of the empty set reaches this value (``truncator_decision``), a departure
+    for a weak truncator whose greedy output is almost always empty.
 
     The LM calls go through the model layer (``harness.lm``: vLLM by default, each adapter merged into derived
     weights, every call in the shared call cache): the ablations that share an extractor (no reranker, no
@@ -92,6 +95,7 @@ class CompSelect(Compressor):
         max_input_tokens: int | None = 2048,
         extractor_max_new_tokens: int = 256,
         truncator_max_new_tokens: int = 256,
+        empty_threshold: float | None = None,
         match_threshold: float = DEFAULT_THRESHOLD,
         lm_batch_size: int = 8,
         dtype: str = "auto",
@@ -107,6 +111,9 @@ class CompSelect(Compressor):
             raise ValueError(f"truncator_output={truncator_output!r}; valid: {', '.join(OUTPUTS)}")
         if truncation == "adaptive" and not truncator:
             raise ValueError("truncation=adaptive needs a truncator adapter (truncator: <dir>)")
+        if empty_threshold is not None and not 0.0 < float(empty_threshold) <= 1.0:
+            raise ValueError(f"empty_threshold={empty_threshold!r}; valid: null or a probability in (0, 1]")
+        self.empty_threshold = None if empty_threshold is None else float(empty_threshold)
         self.lm_ref, self.extractor, self.truncator, self.reranker = lm, extractor, truncator, reranker
         self.truncation, self.truncator_output = truncation, truncator_output
         self.max_input_tokens, self.match_threshold = max_input_tokens, match_threshold
@@ -117,6 +124,7 @@ class CompSelect(Compressor):
         self.lm_batch_size, self.dtype, self.device, self.seed = lm_batch_size, dtype, device, seed
         self.trust_remote_code, self.engine = trust_remote_code, engine
         self.lms: dict[str, Any] = {}
+        self.p_empty: dict[int, float] = {}  # the last batch's P(empty set) per example (thresholded decisions)
 
     def bind(self, env: MethodEnv) -> None:
         super().bind(env)
@@ -180,12 +188,20 @@ class CompSelect(Compressor):
             ], [None] * len(ranked)
         assert self.lms, "bind() first"
         todo = [i for i, r in enumerate(ranked) if r]
-        prompts = [truncator_messages(examples[i].question, [c.text for c in ranked[i]]) for i in todo]
-        outs = [o.text for o in self.lms["truncator"].generate(prompts, self.truncator_max_new_tokens)]
+        lists = [[c.text for c in ranked[i]] for i in todo]
+        prompts = [truncator_messages(examples[i].question, texts) for i, texts in zip(todo, lists, strict=True)]
         ks, raw = [0] * len(ranked), [None] * len(ranked)
-        for i, o in zip(todo, outs, strict=True):
-            raw[i] = o
-            ks[i] = parse_truncation(o, [c.text for c in ranked[i]], self.truncator_output, self.match_threshold)
+        self.p_empty = {}
+        if self.empty_threshold is None:
+            outs = [o.text for o in self.lms["truncator"].generate(prompts, self.truncator_max_new_tokens)]
+            for i, o, texts in zip(todo, outs, lists, strict=True):
+                raw[i] = o
+                ks[i] = parse_truncation(o, texts, self.truncator_output, self.match_threshold)
+            return ks, raw
+        decisions = truncator_decision(self.lms["truncator"], prompts, lists, self.truncator_output,
+                                       self.empty_threshold, self.truncator_max_new_tokens, self.match_threshold)
+        for i, d in zip(todo, decisions, strict=True):
+            ks[i], raw[i], self.p_empty[i] = d.k, d.output, d.p_empty
         return ks, raw
 
     # -- the Compressor contract -----------------------------------------------------------------------------
@@ -211,12 +227,15 @@ class CompSelect(Compressor):
             "truncate": (t3 - t2 + truncate_replayed) / n,
         }
         results = []
-        for e, x, c, d, (r, scores), k, o, cached in zip(
+        p_empty = self.p_empty if self.truncation == "adaptive" else {}
+        for j, (e, x, c, d, (r, scores), k, o, cached) in enumerate(zip(
             examples, inputs, clues, dropped, reranked, ks, raw, replayed, strict=True
-        ):
+        )):
             comp = self._result(e, x, c, d, r, scores, k, o, timings)
             if cached:
                 comp.meta["extract_cached"] = True
+            if j in p_empty:
+                comp.meta["truncator_p_empty"] = round(p_empty[j], 5)
             results.append(comp)
         return results
 
@@ -279,6 +298,7 @@ class CompSelect(Compressor):
             "extractor": "lora" if self.extractor else "untuned",
             "truncation": self.truncation,
             "truncator_output": self.truncator_output if self.truncation == "adaptive" else None,
+            "empty_threshold": self.empty_threshold if self.truncation == "adaptive" else None,
             "max_input_tokens": self.max_input_tokens,
             "max_new_tokens": {
                 "extractor": self.extractor_max_new_tokens,

@@ -208,8 +208,24 @@ def extractor_targets(cfg: DictConfig, lm, encoder, examples: Sequence) -> list[
 
 
 def sft_stage(name: str, cfg_stage: DictConfig, cfg: DictConfig, lm, train_ex, val_ex, out: Path) -> dict:
+    """Train one LoRA stage and save its adapter; ``<stage>.from_checkpoint=best|last`` instead saves the adapter
+    of a run stopped before its end (``harness.lm.lora.from_checkpoint``) and reports how far it got."""
+    from harness.lm.lora import from_checkpoint
     from methods.compselect.sft import save_adapter, train_lora
 
+    targets = cfg_stage.lora.target_modules
+    targets = targets if isinstance(targets, str) else OmegaConf.to_container(targets)
+    if cfg_stage.get("from_checkpoint"):
+        model, report = from_checkpoint(
+            lm.base, out / f".{name}.checkpoint.pt", r=int(cfg_stage.lora.r), alpha=int(cfg_stage.lora.alpha),
+            dropout=float(cfg_stage.lora.dropout), target_modules=targets, which=str(cfg_stage.from_checkpoint),
+        )
+        report.update(examples=len(train_ex), val_examples=len(val_ex), lr=float(cfg_stage.lr),
+                      epochs_planned=float(cfg_stage.epochs), grad_accum=int(cfg_stage.grad_accum),
+                      compute_dtype=cfg_stage.get("compute_dtype"))
+        save_adapter(model, out / name, cfg.lm, "float16" if cfg.dtype == "float32" else cfg.dtype)
+        del model
+        return report
     model, report = train_lora(
         lm.base,
         train_ex,
@@ -217,9 +233,7 @@ def sft_stage(name: str, cfg_stage: DictConfig, cfg: DictConfig, lm, train_ex, v
         r=int(cfg_stage.lora.r),
         alpha=int(cfg_stage.lora.alpha),
         dropout=float(cfg_stage.lora.dropout),
-        target_modules=OmegaConf.to_container(cfg_stage.lora.target_modules)
-        if not isinstance(cfg_stage.lora.target_modules, str)
-        else cfg_stage.lora.target_modules,
+        target_modules=targets,
         lr=float(cfg_stage.lr),
         epochs=float(cfg_stage.epochs),
         grad_accum=int(cfg_stage.grad_accum),

@@ -1,0 +1,65 @@
+"""``python -m methods.compselect.extractor_probe <adapter dir|none> <splits.json> [--part val]``
+
+An extractor's Recall-1 (000 Table 6: the extracted clues contain a gold answer, on the questions whose passages
+hold one) and its clue count, on the labelling questions of one part of a training run's ``splits.json``
+(``val`` by default: compare extractors there, never on test questions). ``none``: the un-tuned LM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from collections import Counter
+from pathlib import Path
+
+from harness.provenance import REPO_ROOT
+
+DATASETS = ("nq", "triviaqa", "hotpotqa")
+
+
+def main(argv: list[str] | None = None) -> dict:
+    from harness.data import DatasetSpec, load_dataset
+    from harness.lm import get_lm
+    from methods.compselect.cascade import cascade
+    from methods.compselect.method import extractor_input
+    from methods.compselect.parsing import map_clues
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("adapter")
+    ap.add_argument("splits")
+    ap.add_argument("--part", choices=("train", "val"), default="val")
+    ap.add_argument("--data", default=os.environ.get("RAG_HARNESS_DATA") or str(REPO_ROOT.parent / "shared/data"))
+    ap.add_argument("--lm", default="embedded:smollm2-135m-instruct")
+    ap.add_argument("--dtype", default="auto", help="as models.compselect.dtype")
+    ap.add_argument("--max-input-tokens", type=int, default=1024)
+    ap.add_argument("--rank", default="nq=none,triviaqa=none,hotpotqa=bm25", help="as the training data.rank")
+    args = ap.parse_args(argv)
+    rank = dict(x.split("=") for x in args.rank.split(","))
+    ids = json.loads(Path(args.splits).read_text())["labels"][args.part]
+    examples = {}
+    for name in DATASETS:
+        path = Path(args.data) / name / "train.jsonl.gz"
+        examples.update({e.id: e for e in load_dataset(DatasetSpec(name, str(path), 5, rank[name], None))})
+    adapter = None if args.adapter == "none" else args.adapter
+    lm = get_lm(args.lm, dtype=args.dtype, adapter=adapter)
+    chosen = [examples[i] for i in ids]
+    inputs = [extractor_input(lm, e, args.max_input_tokens) for e in chosen]
+    outs = [o.text for o in lm.generate([x.messages for x in inputs], 256)]
+    clues = [map_clues(o, x.sentences[: x.shown])[0] for o, x in zip(outs, inputs, strict=True)]
+    flags = [cascade([p.text for p in e.passages], [c.text for c in cl], [], [], e.answers)
+             for e, cl in zip(chosen, clues, strict=True)]
+    eligible = [f for f in flags if f["eligible"]]
+    report = {
+        "adapter": args.adapter,
+        "questions": len(chosen),
+        "eligible": len(eligible),
+        "recall1": round(100 * sum(f["recall1"] for f in eligible) / max(len(eligible), 1), 1),
+        "clues": dict(sorted(Counter(len(c) for c in clues).items())),
+    }
+    print(json.dumps(report, indent=1))
+    return report
+
+
+if __name__ == "__main__":
+    main()
