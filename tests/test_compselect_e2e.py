@@ -69,7 +69,8 @@ def test_empty_truncation_runs_closed_book_through_the_runner(compselect, env, g
     from harness.runner import process
     from methods.vanilla import Naive
 
-    monkeypatch.setattr(compselect, "truncate", lambda exs, ranked: ([0] * len(ranked), [""] * len(ranked)))
+    monkeypatch.setattr(compselect, "truncate",
+                        lambda exs, ranked: ([0] * len(ranked), [""] * len(ranked), [None] * len(ranked)))
     ex = nq5[1]
     (row,), _ = process([ex], compselect, generator)
     assert row["meta"]["k"] == 0 and row["units"] == [] and row["meta"]["n_clues"] > 0

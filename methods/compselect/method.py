@@ -124,7 +124,6 @@ class CompSelect(Compressor):
         self.lm_batch_size, self.dtype, self.device, self.seed = lm_batch_size, dtype, device, seed
         self.trust_remote_code, self.engine = trust_remote_code, engine
         self.lms: dict[str, Any] = {}
-        self.p_empty: dict[int, float] = {}  # the last batch's P(empty set) per example (thresholded decisions)
 
     def bind(self, env: MethodEnv) -> None:
         super().bind(env)
@@ -178,31 +177,34 @@ class CompSelect(Compressor):
         order = rank_desc(scores)
         return [clues[i] for i in order], [float(scores[i]) for i in order]
 
-    def truncate(self, examples: Sequence[Example], ranked: list[list[Clue]]) -> tuple[list[int], list[str | None]]:
-        """Stage 3: K per example (the number of ranked clues kept) and the truncator's raw output."""
+    def truncate(
+        self, examples: Sequence[Example], ranked: list[list[Clue]]
+    ) -> tuple[list[int], list[str | None], list[float | None]]:
+        """Stage 3: K per example (the number of ranked clues kept), the truncator's raw output and, under
+        ``empty_threshold``, its P(empty set)."""
+        none: list[float | None] = [None] * len(ranked)
         if self.truncation == "none":
-            return [len(r) for r in ranked], [None] * len(ranked)
+            return [len(r) for r in ranked], [None] * len(ranked), none
         if self.truncation == "random":
             return [
                 random.Random(f"{self.seed}:{e.id}").randint(0, len(r)) for e, r in zip(examples, ranked, strict=True)
-            ], [None] * len(ranked)
+            ], [None] * len(ranked), none
         assert self.lms, "bind() first"
         todo = [i for i, r in enumerate(ranked) if r]
         lists = [[c.text for c in ranked[i]] for i in todo]
         prompts = [truncator_messages(examples[i].question, texts) for i, texts in zip(todo, lists, strict=True)]
-        ks, raw = [0] * len(ranked), [None] * len(ranked)
-        self.p_empty = {}
+        ks, raw, p_empty = [0] * len(ranked), [None] * len(ranked), list(none)
         if self.empty_threshold is None:
             outs = [o.text for o in self.lms["truncator"].generate(prompts, self.truncator_max_new_tokens)]
             for i, o, texts in zip(todo, outs, lists, strict=True):
                 raw[i] = o
                 ks[i] = parse_truncation(o, texts, self.truncator_output, self.match_threshold)
-            return ks, raw
+            return ks, raw, p_empty
         decisions = truncator_decision(self.lms["truncator"], prompts, lists, self.truncator_output,
                                        self.empty_threshold, self.truncator_max_new_tokens, self.match_threshold)
         for i, d in zip(todo, decisions, strict=True):
-            ks[i], raw[i], self.p_empty[i] = d.k, d.output, d.p_empty
-        return ks, raw
+            ks[i], raw[i], p_empty[i] = d.k, d.output, d.p_empty
+        return ks, raw, p_empty
 
     # -- the Compressor contract -----------------------------------------------------------------------------
     def compress(self, example: Example) -> Compressed:
@@ -218,7 +220,7 @@ class CompSelect(Compressor):
         reranked = [self.rerank(e.question, c) for e, c in zip(examples, clues, strict=True)]
         t2 = time.perf_counter()
         r2 = REPLAYS.seconds
-        ks, raw = self.truncate(examples, [r[0] for r in reranked])
+        ks, raw, p_empty = self.truncate(examples, [r[0] for r in reranked])
         t3 = time.perf_counter()
         truncate_replayed = REPLAYS.seconds - r2
         timings = {
@@ -227,15 +229,14 @@ class CompSelect(Compressor):
             "truncate": (t3 - t2 + truncate_replayed) / n,
         }
         results = []
-        p_empty = self.p_empty if self.truncation == "adaptive" else {}
-        for j, (e, x, c, d, (r, scores), k, o, cached) in enumerate(zip(
-            examples, inputs, clues, dropped, reranked, ks, raw, replayed, strict=True
-        )):
+        for e, x, c, d, (r, scores), k, o, pe, cached in zip(
+            examples, inputs, clues, dropped, reranked, ks, raw, p_empty, replayed, strict=True
+        ):
             comp = self._result(e, x, c, d, r, scores, k, o, timings)
             if cached:
                 comp.meta["extract_cached"] = True
-            if j in p_empty:
-                comp.meta["truncator_p_empty"] = round(p_empty[j], 5)
+            if pe is not None:
+                comp.meta["truncator_p_empty"] = round(pe, 5)
             results.append(comp)
         return results
 
