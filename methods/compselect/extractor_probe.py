@@ -10,16 +10,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from collections import Counter
 from pathlib import Path
 
-from harness.provenance import REPO_ROOT
-
-DATASETS = ("nq", "triviaqa", "hotpotqa")
+from methods.compselect.probe_data import DEFAULT_DATA, train_examples
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from harness.data import DatasetSpec, load_dataset
     from harness.lm import get_lm
     from methods.compselect.cascade import cascade
     from methods.compselect.method import extractor_input
@@ -29,7 +27,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("adapter")
     ap.add_argument("splits")
     ap.add_argument("--part", choices=("train", "val"), default="val")
-    ap.add_argument("--data", default=os.environ.get("RAG_HARNESS_DATA") or str(REPO_ROOT.parent / "shared/data"))
+    ap.add_argument("--data", default=DEFAULT_DATA)
     ap.add_argument("--lm", default="embedded:smollm2-135m-instruct")
     ap.add_argument("--dtype", default="auto", help="as models.compselect.dtype")
     ap.add_argument("--max-input-tokens", type=int, default=1024)
@@ -37,10 +35,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = ap.parse_args(argv)
     rank = dict(x.split("=") for x in args.rank.split(","))
     ids = json.loads(Path(args.splits).read_text())["labels"][args.part]
-    examples = {}
-    for name in DATASETS:
-        path = Path(args.data) / name / "train.jsonl.gz"
-        examples.update({e.id: e for e in load_dataset(DatasetSpec(name, str(path), 5, rank[name], None))})
+    examples = train_examples(args.data, rank)
     adapter = None if args.adapter == "none" else args.adapter
     lm = get_lm(args.lm, dtype=args.dtype, adapter=adapter)
     chosen = [examples[i] for i in ids]
@@ -63,3 +58,5 @@ def main(argv: list[str] | None = None) -> dict:
 
 if __name__ == "__main__":
     main()
+    sys.stdout.flush()
+    os._exit(0)  # the vLLM engine's shutdown can hang the interpreter's exit after the report is out

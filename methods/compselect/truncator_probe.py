@@ -14,12 +14,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from collections import Counter
 from pathlib import Path
 
 from harness.provenance import REPO_ROOT
-
-DATASETS = ("nq", "triviaqa", "hotpotqa")  # the training sets; only their questions are read
+from methods.compselect.probe_data import DEFAULT_DATA, train_examples
 
 
 def _generator():
@@ -43,7 +43,6 @@ def _report(ks: list[int], rows: list[dict]) -> dict:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from harness.data import DatasetSpec, load_dataset
     from harness.lm import get_lm
     from harness.models import resolve
     from methods.compselect.parsing import parse_truncation
@@ -53,7 +52,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("adapter")
     ap.add_argument("labels")
-    ap.add_argument("--data", default=os.environ.get("RAG_HARNESS_DATA") or str(REPO_ROOT.parent / "shared/data"))
+    ap.add_argument("--data", default=DEFAULT_DATA)
     ap.add_argument("--lm", default="embedded:smollm2-135m-instruct")
     ap.add_argument("--dtype", default="auto", help="as models.compselect.dtype")
     ap.add_argument("--output", choices=("text", "index"), default="text", help="what the truncator was trained on")
@@ -67,10 +66,7 @@ def main(argv: list[str] | None = None) -> dict:
         splits = json.loads((Path(args.labels).parent.parent / "splits.json").read_text())
         part = set(splits["labels"][args.part])
         rows = [r for r in rows if r["id"] in part]
-    examples = {}
-    for name in DATASETS:
-        path = Path(args.data) / name / "train.jsonl.gz"
-        examples.update({e.id: e for e in load_dataset(DatasetSpec(name, str(path), 5, "none", None))})
+    examples = train_examples(args.data)
     lm = get_lm(args.lm, engine=args.engine, dtype=args.dtype, adapter=args.adapter)
     prompts = [truncator_messages(examples[r["id"]].question, r["ranked"]) for r in rows]
     runs: dict[str, list[int]] = {}
@@ -105,3 +101,5 @@ def main(argv: list[str] | None = None) -> dict:
 
 if __name__ == "__main__":
     main()
+    sys.stdout.flush()
+    os._exit(0)  # the vLLM engine's shutdown can hang the interpreter's exit after the report is out
