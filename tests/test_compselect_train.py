@@ -62,5 +62,28 @@ def test_training_pipeline_on_a_small_slice_and_its_rerun_replays_every_call(tmp
         m2 = train.run(again)
         assert m2["lm_calls"]["replayed"] == m2["lm_calls"]["generator"] + m2["lm_calls"]["extractor"]
         assert m2["extractor"] == m["extractor"] and m2["reranker"] == m["reranker"]  # kept, not re-run
+        # the extractor trained elsewhere: export its examples, train them with sft_file, import the adapter
+        from harness.lm import sft_file
+
+        exp = compose(out, ["stages=[extractor]", f"export_sft={tmp_path / 'exp'}"])
+        OmegaConf.update(exp, "data.extractor", {"nq": 10}, merge=False)
+        OmegaConf.update(exp, "data.labels", {"nq": 6}, merge=False)
+        with pytest.raises(train.ExportDone):
+            train.run(exp)
+        path = tmp_path / "exp" / "extractor.sft.json.gz"
+        rep = sft_file.main([str(path), str(tmp_path / "sft"), "--base", cfg.lm, "--device", "cpu", "--epochs", "1",
+                             "--micro-batch", "2", "--snapshot-epochs", "1"])
+        imp = compose(out, ["stages=[extractor]", f"extractor.import_from={tmp_path / 'sft'}"])
+        OmegaConf.update(imp, "data.extractor", {"nq": 10}, merge=False)
+        OmegaConf.update(imp, "data.labels", {"nq": 6}, merge=False)
+        m3 = train.run(imp)
+        assert m3["extractor"]["train"]["imported_from"] == str(tmp_path / "sft" / "adapter")
+        assert m3["extractor"]["train"]["step_losses"] == rep["step_losses"]
+        assert (out / "extractor" / "adapter_model.safetensors").read_bytes() == (
+            tmp_path / "sft" / "adapter" / "adapter_model.safetensors"
+        ).read_bytes()
+        OmegaConf.update(imp, "data.extractor", {"nq": 9}, merge=False)  # other examples: refused
+        with pytest.raises(ValueError, match="other examples"):
+            train.run(imp)
     finally:
         cache.configure()

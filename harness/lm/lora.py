@@ -74,8 +74,45 @@ def _loss(model, ex: SFTExample, compute_dtype: str | None = None):
         return model(input_ids=ids, labels=labels).loss.float()
 
 
-def eval_loss(model, examples: Sequence[SFTExample], compute_dtype: str | None = None) -> float | None:
-    """Mean per-example target-token loss (no gradient)."""
+def _losses(model, batch: Sequence[SFTExample], compute_dtype: str | None = None):
+    """Each example's mean target-token loss from one right-padded forward pass (a tensor of ``len(batch)``);
+    one example goes through ``_loss`` unpadded. Right padding leaves the real tokens' positions and causal
+    attention as they are, so the losses equal the one-at-a-time ones up to float rounding."""
+    import contextlib
+
+    import torch
+
+    if len(batch) == 1:
+        return _loss(model, batch[0], compute_dtype).reshape(1)
+    width = max(len(e.prompt) + len(e.target) for e in batch)
+    ids = torch.zeros((len(batch), width), dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    labels = torch.full_like(ids, -100)
+    for b, e in enumerate(batch):
+        n = len(e.prompt) + len(e.target)
+        ids[b, :n] = torch.tensor(e.prompt + e.target)
+        mask[b, :n] = 1
+        labels[b, len(e.prompt) : n] = torch.tensor(e.target)
+    ids, mask, labels = (t.to(model.device) for t in (ids, mask, labels))
+    amp = (torch.autocast(model.device.type, dtype=getattr(torch, compute_dtype)) if compute_dtype
+           else contextlib.nullcontext())
+    with amp:
+        logits = model(input_ids=ids, attention_mask=mask).logits
+    shifted = labels[:, 1:]
+    nll = torch.nn.functional.cross_entropy(
+        logits[:, :-1].float().reshape(-1, logits.shape[-1]), shifted.reshape(-1), ignore_index=-100, reduction="none"
+    ).view(shifted.shape)
+    keep = (shifted != -100).float()
+    return (nll * keep).sum(1) / keep.sum(1)
+
+
+def _chunks(items: Sequence[Any], n: int) -> list[Sequence[Any]]:
+    return [items[k : k + n] for k in range(0, len(items), max(1, n))]
+
+
+def eval_loss(model, examples: Sequence[SFTExample], compute_dtype: str | None = None,
+              micro_batch: int = 1) -> float | None:
+    """Mean per-example target-token loss (no gradient), ``micro_batch`` examples per forward pass."""
     import torch
 
     if not examples:
@@ -83,7 +120,7 @@ def eval_loss(model, examples: Sequence[SFTExample], compute_dtype: str | None =
     was_training = model.training
     model.eval()
     with torch.inference_mode():
-        losses = [float(_loss(model, e, compute_dtype)) for e in examples]
+        losses = [float(v) for c in _chunks(examples, micro_batch) for v in _losses(model, c, compute_dtype)]
     model.train(was_training)
     return sum(losses) / len(losses)
 
@@ -144,6 +181,9 @@ def train_lora(
     progress: bool = False,
     on_step: Callable[[int], None] | None = None,
     compute_dtype: str | None = None,
+    snapshot_every: int = 0,
+    on_snapshot: Callable[[int, Any], None] | None = None,
+    micro_batch: int = 1,
 ) -> tuple[Any, dict[str, Any]]:
     """Train a LoRA adapter on ``base`` (left untouched); returns the peft model and a report of the run.
 
@@ -154,6 +194,10 @@ def train_lora(
     ``save_every``, ``eval_every``, ``select_best``: see the module docstring; ``on_step(step)`` runs after each
     optimizer step and its checkpoint (tests kill the process there). ``compute_dtype="bfloat16"``: forward and
     backward under autocast (fp32 master weights; see ``_loss``), null: the weights' own dtype.
+    ``on_snapshot(step, model)`` runs every ``snapshot_every`` optimizer steps and after the last one, before
+    any best-step selection (to keep the adapters of several epochs and select among them on another measure).
+    ``micro_batch``: examples per padded forward pass within an optimizer step (a GPU runs several at the cost of
+    one; the same losses up to rounding; 1: one unpadded example at a time, the CPU's fastest).
     """
     if loss_norm not in ("example", "token"):
         raise ValueError(f"loss_norm={loss_norm!r}; valid: example, token")
@@ -190,6 +234,8 @@ def train_lora(
                 "max_steps": max_steps, "loss_norm": loss_norm, "eval_every": eval_every}
     if compute_dtype:  # only when set, so that checkpoints written before the option still resume
         settings["compute_dtype"] = compute_dtype
+    if micro_batch > 1:
+        settings["micro_batch"] = micro_batch
     fp = _fingerprint(base, train, val, settings)
     ckpt = Path(checkpoint) if checkpoint else None
     t0, c0 = time.perf_counter(), time.process_time()
@@ -210,21 +256,22 @@ def train_lora(
         val_before = saved["val_before"]
         log.info("resumed %s at step %d/%d", ckpt, start, steps)
     else:
-        val_before = eval_loss(model, val, compute_dtype)
+        val_before = eval_loss(model, val, compute_dtype, micro_batch)
     model.train()
     bar = tqdm(total=steps, initial=start, desc="LoRA SFT", unit="step", disable=not progress)
     for s in range(start, len(groups)):
         group = groups[s]
         acc = 0.0
-        for j in group:
-            loss = _loss(model, train[j], compute_dtype)
+        total = sum(len(train[g].target) for g in group)
+        for chunk in _chunks(group, micro_batch):
+            losses = _losses(model, [train[j] for j in chunk], compute_dtype)
             if loss_norm == "token":
-                w = len(train[j].target) / sum(len(train[g].target) for g in group)
-                (loss * w).backward()
-                acc += float(loss.detach()) * w
+                w = torch.tensor([len(train[j].target) / total for j in chunk], device=losses.device)
+                (losses * w).sum().backward()
+                acc += float((losses.detach() * w).sum())
             else:
-                (loss / grad_accum).backward()
-                acc += float(loss.detach()) / len(group)
+                (losses.sum() / grad_accum).backward()
+                acc += float(losses.detach().sum()) / len(group)
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         sched.step()
@@ -232,7 +279,7 @@ def train_lora(
         step_losses.append(round(acc, 4))
         done = s + 1
         if eval_every and (done % eval_every == 0 or done == len(groups)):
-            v = eval_loss(model, val, compute_dtype)
+            v = eval_loss(model, val, compute_dtype, micro_batch)
             val_history.append([done, v])
             if select_best and v is not None and (best is None or v < best["loss"]):
                 best = {"step": done, "loss": v, "lora": _trainable(model)}
@@ -243,6 +290,8 @@ def train_lora(
                                     "opt": opt.state_dict(), "sched": sched.state_dict(),
                                     "torch_rng": torch.get_rng_state(), "step_losses": step_losses,
                                     "val_history": val_history, "best": best, "val_before": val_before})
+        if on_snapshot is not None and snapshot_every and (done % snapshot_every == 0 or done == len(groups)):
+            on_snapshot(done, model)
         if on_step is not None:
             on_step(done)
     bar.close()
@@ -251,7 +300,7 @@ def train_lora(
         _load_trainable(model, best["lora"])
         selected = best["step"]
     model.eval()
-    val_after = eval_loss(model, val, compute_dtype)
+    val_after = eval_loss(model, val, compute_dtype, micro_batch)
     if ckpt is not None and ckpt.is_file():
         ckpt.unlink()  # the run is complete: its adapter is the caller's to save
     report = {
@@ -271,6 +320,7 @@ def train_lora(
         "seed": seed,
         "loss_norm": loss_norm,
         "compute_dtype": compute_dtype,
+        "micro_batch": micro_batch,
         "step_losses": step_losses,
         "val_loss_before": val_before,
         "val_loss_after": val_after,

@@ -215,6 +215,8 @@ def sft_stage(name: str, cfg_stage: DictConfig, cfg: DictConfig, lm, train_ex, v
 
     targets = cfg_stage.lora.target_modules
     targets = targets if isinstance(targets, str) else OmegaConf.to_container(targets)
+    if cfg.get("export_sft") or cfg_stage.get("import_from"):
+        return exported_stage(name, cfg_stage, cfg, train_ex, val_ex, out, targets)
     if cfg_stage.get("from_checkpoint"):
         model, report = from_checkpoint(
             lm.base, out / f".{name}.checkpoint.pt", r=int(cfg_stage.lora.r), alpha=int(cfg_stage.lora.alpha),
@@ -250,6 +252,43 @@ def sft_stage(name: str, cfg_stage: DictConfig, cfg: DictConfig, lm, train_ex, v
     save_adapter(model, out / name, cfg.lm, "float16" if cfg.dtype == "float32" else cfg.dtype)
     del model
     return report
+
+
+def sft_settings(cfg_stage: DictConfig, targets: Any) -> dict[str, Any]:
+    """The ``train_lora`` keywords of a stage (what an exported stage is trained with elsewhere)."""
+    return {
+        "r": int(cfg_stage.lora.r), "alpha": int(cfg_stage.lora.alpha), "dropout": float(cfg_stage.lora.dropout),
+        "target_modules": targets, "lr": float(cfg_stage.lr), "epochs": float(cfg_stage.epochs),
+        "grad_accum": int(cfg_stage.grad_accum), "warmup_ratio": float(cfg_stage.warmup_ratio),
+        "loss_norm": str(cfg_stage.get("loss_norm") or "example"), "eval_every": int(cfg_stage.get("eval_every") or 0),
+        "select_best": bool(cfg_stage.get("select_best")), "compute_dtype": cfg_stage.get("compute_dtype"),
+    }
+
+
+def exported_stage(name: str, cfg_stage: DictConfig, cfg: DictConfig, train_ex, val_ex, out: Path, targets) -> dict:
+    """``export_sft=DIR``: write the stage's token-id examples and settings to ``DIR/<name>.sft.json.gz`` (for
+    ``python -m harness.lm.sft_file`` on another machine, a GPU one say) and stop. ``<stage>.import_from=DIR``: take
+    the adapter that command wrote (or one of its snapshots), refused unless it was trained on exactly these
+    examples; the manifest gets that run's report (its settings, device and times)."""
+    import shutil
+
+    from harness.lm.sft_file import export_examples, read_report
+
+    settings = sft_settings(cfg_stage, targets)
+    if cfg.get("export_sft"):
+        path = export_examples(Path(cfg.export_sft) / f"{name}.sft.json.gz", name, cfg.lm, train_ex, val_ex,
+                               {**settings, "seed": int(cfg.seed)})
+        raise ExportDone(path)
+    report, adapter = read_report(Path(cfg_stage.import_from), train_ex, val_ex)
+    dest = out / name
+    dest.mkdir(parents=True, exist_ok=True)
+    for f in ("adapter_config.json", "adapter_model.safetensors"):
+        shutil.copyfile(adapter / f, dest / f)
+    return {**report, "imported_from": str(adapter)}
+
+
+class ExportDone(Exception):
+    """Raised once a stage's examples are exported (``export_sft``): the run stops there."""
 
 
 STAGES = ("extractor", "reranker", "truncator")
@@ -585,7 +624,12 @@ def run(cfg: DictConfig) -> dict[str, Any]:
 @hydra.main(version_base="1.3", config_path=str(REPO_ROOT / "conf"), config_name="train/compselect")
 def main(cfg: DictConfig) -> None:
     apply_profile_env(cfg)
-    m = run(cfg)
+    try:
+        m = run(cfg)
+    except ExportDone as done:
+        print(f"exported {done.args[0]}: train it with `python -m harness.lm.sft_file {done.args[0]} OUT`, then run "
+              "this command again without export_sft and with <stage>.import_from=OUT")
+        return
     print(json.dumps({"out_dir": cfg.out_dir, "total": m["total"], "times": m["times"]}, indent=1))
 
 
