@@ -12,7 +12,7 @@ sentence labels from the shipped train splits; the adapter (about 1 MB) is what 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -109,15 +109,28 @@ def train_cross_encoder(
     seed: int,
     eval_every: int,
     progress: bool = True,
+    compute_dtype: str | None = None,
+    checkpoint: str | Path | None = None,
+    on_step: Callable[[int], None] | None = None,
 ) -> tuple[Any, Any, dict[str, Any]]:
     """LoRA (plus the new head) on ``base`` with binary cross-entropy; AdamW, linear warm-up then linear decay;
-    the step with the lowest validation loss is kept. Returns (peft model, tokenizer, report)."""
+    the step with the lowest validation loss is kept. Returns (peft model, tokenizer, report).
+
+    ``compute_dtype="bfloat16"``: forward and backward under CPU autocast (fp32 master weights, fp32 loss).
+    ``checkpoint``: after every validation the trainable weights, optimizer, scheduler, losses and best step are
+    saved there (atomically); the same call with the same data and settings resumes from it and ends with the
+    adapter an uninterrupted run gives (other settings or data: refused). ``on_step(step)`` runs after each step
+    and its checkpoint (tests kill the run there)."""
+    import hashlib
+    import json
     import random
     import time
 
     import torch
     from peft import LoraConfig, TaskType, get_peft_model
     from tqdm import tqdm
+
+    from harness.lm.lora import load_trainable, resume_checkpoint, save_checkpoint, trainable_state
 
     torch.manual_seed(seed)
     model, tok = build_model(base)
@@ -126,11 +139,14 @@ def train_cross_encoder(
                       target_modules=lora.get("target_modules", "all-linear"))
     model = get_peft_model(model, spec)
     loss_fn = torch.nn.BCEWithLogitsLoss()
+    autocast = torch.autocast("cpu", dtype=getattr(torch, compute_dtype or "bfloat16"), enabled=bool(compute_dtype))
 
     def batch_loss(rows) -> torch.Tensor:
         feats = features(tok, [t for t, _ in rows], max_length)
         target = torch.tensor([float(y) for _, y in rows])
-        return loss_fn(model(**feats).logits[:, 0], target)
+        with autocast:
+            logits = model(**feats).logits[:, 0]
+        return loss_fn(logits.float(), target)
 
     def val_loss() -> float:
         model.eval()
@@ -146,12 +162,25 @@ def train_cross_encoder(
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: min((s + 1) / warm, max(0.0, (steps - s) / max(1, steps - warm))))
-    history = [{"step": 0, "val_loss": val_loss()}]
-    best = (history[0]["val_loss"], 0, None)
-    losses: list[float] = []
+    settings = {"base": base, "lora": lora, "lr": lr, "epochs": epochs, "batch_size": batch_size,
+                "warmup_ratio": warmup_ratio, "max_length": max_length, "seed": seed, "eval_every": eval_every,
+                "compute_dtype": compute_dtype}
+    fp = hashlib.sha256(json.dumps([settings, list(train), list(val)], sort_keys=True, default=str).encode())
+    fingerprint = fp.hexdigest()
+    ckpt = Path(checkpoint) if checkpoint else None
     t0 = time.perf_counter()
+    start, resumed_at = 0, None
+    if ckpt is not None and ckpt.is_file():
+        saved = resume_checkpoint(ckpt, fingerprint, model, opt, sched)  # incl. the RNG: the encoder's dropout
+        start = resumed_at = int(saved["step"])
+        losses, history, best = saved["losses"], saved["history"], saved["best"]
+    else:
+        history = [{"step": 0, "val_loss": val_loss()}]
+        best = {"loss": history[0]["val_loss"], "step": 0, "weights": None}
+        losses: list[float] = []
     model.train()
-    for step in tqdm(range(1, steps + 1), disable=not progress, desc="exit classifier"):
+    for step in tqdm(range(start + 1, steps + 1), initial=start, total=steps, disable=not progress,
+                     desc="exit classifier"):
         loss = batch_loss([train[i] for i in order[(step - 1) * batch_size : step * batch_size]])
         loss.backward()
         opt.step()
@@ -160,17 +189,25 @@ def train_cross_encoder(
         losses.append(round(float(loss.detach()), 4))
         if step % eval_every == 0 or step == steps:
             history.append({"step": step, "val_loss": val_loss()})
-            if history[-1]["val_loss"] < best[0]:
-                state = {k: v.detach().clone() for k, v in model.state_dict().items()
-                         if "lora_" in k or "classifier" in k}
-                best = (history[-1]["val_loss"], step, state)
-    if best[2] is not None:
-        model.load_state_dict(best[2], strict=False)
+            if history[-1]["val_loss"] < best["loss"]:
+                best = {"loss": history[-1]["val_loss"], "step": step, "weights": trainable_state(model)}
+            if ckpt is not None and step < steps:
+                save_checkpoint(ckpt, {"fingerprint": fingerprint, "step": step, "weights": trainable_state(model),
+                                       "opt": opt.state_dict(), "sched": sched.state_dict(), "losses": losses,
+                                       "torch_rng": torch.get_rng_state(),
+                                       "history": history, "best": best})
+        if on_step is not None:
+            on_step(step)
+    if best["weights"] is not None:
+        load_trainable(model, best["weights"])
     model.eval()
+    if ckpt is not None and ckpt.is_file():
+        ckpt.unlink()  # complete: the adapter is the caller's to save
     report = {"train_pairs": len(train), "val_pairs": len(val), "positive_share": round(
         sum(y for _, y in train) / max(1, len(train)), 4), "epochs": epochs, "steps": steps, "batch_size": batch_size,
-        "lr": lr, "lora": lora, "max_length": max_length, "step_losses": losses, "val_history": history,
-        "selected_step": best[1], "wall_s": round(time.perf_counter() - t0, 1)}
+        "lr": lr, "lora": lora, "max_length": max_length, "compute_dtype": compute_dtype, "step_losses": losses,
+        "val_history": history, "selected_step": best["step"], "resumed_at_step": resumed_at,
+        "wall_s": round(time.perf_counter() - t0, 1)}
     return model, tok, report
 
 

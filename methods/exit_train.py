@@ -6,8 +6,12 @@ EXIT (arXiv 2412.12559) fine-tunes a classifier LM (Gemma-2B, LoRA) to answer "Y
 (``Exit.classifier_prompt``), trains a LoRA on SmolLM2-135M-Instruct (``harness.lm.lora.train_lora``: resumable,
 best step by validation loss). Labels, a departure (the paper's come from its own annotation pipeline): a
 sentence is useful when it contains a gold answer after SQuAD normalisation (``harness.metrics.subem``); each
-question gives its first ``max_positives`` answer sentences and ``negatives_per_positive`` other sentences of
-its passages drawn at random; questions with no answer sentence (and HotpotQA's yes/no ones) are skipped.
+question gives its first ``max_positives`` answer sentences and ``negatives_per_positive`` non-answer sentences
+of its passages drawn at random, ``hard_negative_share`` of them from the passages holding an answer (EXIT's own
+preprocessing balances positives 1:1 against half hard negatives -- other sentences of a gold document -- and
+half random ones); questions with no answer sentence (and HotpotQA's yes/no ones) are skipped. The default
+``kind=cross_encoder`` trains ``methods.exit_cross_encoder`` instead (bf16 autocast where the CPU has it,
+resumable at every validation).
 Questions: a seeded shuffle of each shipped train split, the last ``val_fraction`` held out for validation
 (loss for step selection, and the figures at the paper's threshold); test questions are never read.
 
@@ -32,23 +36,36 @@ from harness.provenance import REPO_ROOT
 register_resolvers()
 
 
-def labelled_sentences(example, max_positives: int, negatives: int, rng: random.Random) -> list[dict[str, Any]]:
-    """(passage, sentence, context, text, label) rows of one question: answer sentences first ones kept, and
-    random other sentences of its passages as negatives; none when no sentence holds an answer."""
+def labelled_sentences(example, max_positives: int, negatives: int, rng: random.Random,
+                       hard_share: float | None = None) -> list[dict[str, Any]]:
+    """(passage, sentence, context, text, label) rows of one question: its first ``max_positives`` answer
+    sentences, and ``negatives`` non-answer sentences per positive drawn at random; none when no sentence holds an
+    answer. ``hard_share``: the share of negatives drawn from the passages that hold an answer sentence (EXIT's
+    hard negatives: other sentences of a gold document), the rest from the other passages (a pool that runs short
+    is made up from the other one); None: from all passages alike."""
     from harness.metrics import subem
     from harness.text import split_sentences
 
-    pos, neg = [], []
+    pos, hard, other, every = [], [], [], []
     for pi, p in enumerate(example.passages):
         text = p.text.strip()
         context = f"{p.title.strip()}\n{text}" if p.title.strip() else text
-        for si, s in enumerate(split_sentences(text)):
-            row = {"passage": pi, "sentence": si, "context": context, "text": s}
-            (pos if subem(s, example.answers) else neg).append(row)
+        rows = [{"passage": pi, "sentence": si, "context": context, "text": s}
+                for si, s in enumerate(split_sentences(text))]
+        answer = [subem(r["text"], example.answers) for r in rows]
+        pos += [r for r, a in zip(rows, answer, strict=True) if a]
+        negs = [r for r, a in zip(rows, answer, strict=True) if not a]
+        (hard if any(answer) else other).extend(negs)
+        every += negs
     pos = pos[:max_positives]
     if not pos:
         return []
-    neg = rng.sample(neg, min(len(neg), negatives * len(pos)))
+    n = negatives * len(pos)
+    if hard_share is None:
+        neg = rng.sample(every, min(n, len(every)))
+    else:
+        n_hard = min(len(hard), max(round(hard_share * n), n - len(other)))
+        neg = rng.sample(hard, n_hard) + rng.sample(other, min(len(other), n - n_hard))
     return [{**r, "label": True} for r in pos] + [{**r, "label": False} for r in neg]
 
 
@@ -131,12 +148,16 @@ def train_cross(cfg: DictConfig, rows: dict[str, list], by_id: dict, out: Path) 
     def pairs(part: str) -> list:
         return [((by_id[r["id"]].question, r["text"], r["context"]), bool(r["label"])) for r in rows[part]]
 
+    from harness.lm.hardware import pick_dtype
+
     c = cfg.cross_encoder
+    dtype = pick_dtype(str(c.get("compute_dtype") or "float32"))
     model, _, report = train_cross_encoder(
         cfg.model, pairs("train"), pairs("val"), lora=OmegaConf.to_container(c.lora), lr=float(c.lr),
         epochs=int(c.epochs), batch_size=int(c.batch_size), warmup_ratio=float(c.warmup_ratio),
         max_length=int(cfg.max_length), seed=int(cfg.seed), eval_every=int(c.eval_every),
-        progress=bool(cfg.progress))
+        progress=bool(cfg.progress), compute_dtype=None if dtype == "float32" else dtype,
+        checkpoint=out.parent / f".{out.name}.checkpoint.pt")
     save_classifier(model, out, cfg.model)
     return report
 
@@ -159,7 +180,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     d = cfg.data
     train_q, val_q, hashes = questions(cfg)
     rows = {part: [{"id": e.id, "part": part, **r} for e in qs
-                   for r in labelled_sentences(e, int(d.max_positives), int(d.negatives_per_positive), rng)]
+                   for r in labelled_sentences(e, int(d.max_positives), int(d.negatives_per_positive), rng,
+                                               d.get("hard_negative_share"))]
             for part, qs in (("train", train_q), ("val", val_q))}
     by_id = {e.id: e for e in train_q + val_q}
     out.parent.mkdir(parents=True, exist_ok=True)

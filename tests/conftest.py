@@ -18,6 +18,23 @@ LM = "embedded:smollm2-135m-instruct"
 ENCODER = "embedded:all-minilm-l6-v2"
 
 
+def killed_training(tmp_path: Path, source: str, kill_at: int) -> tuple[dict, Path]:
+    """Write a training script (``run(ckpt, kill_at)``), run it in a child that SIGKILLs itself after step
+    ``kill_at``, check it died so and left its checkpoint; return the script's namespace and the checkpoint."""
+    import runpy
+    import subprocess
+    import sys
+
+    script = tmp_path / "resume_case.py"
+    script.write_text(source)
+    ckpt = tmp_path / "ckpt.pt"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    killed = subprocess.run([sys.executable, str(script), str(ckpt), str(kill_at)], env=env, capture_output=True,
+                            timeout=300)
+    assert killed.returncode == -9 and ckpt.is_file(), killed.stderr.decode()[-2000:]
+    return runpy.run_path(str(script)), ckpt
+
+
 @pytest.fixture(scope="session")
 def generator():
     """SmolLM2-135M-Instruct on transformers, the embedded default generator (shared by all tests)."""

@@ -325,20 +325,9 @@ if __name__ == "__main__":
 def test_interrupted_training_resumes_to_the_uninterrupted_adapter(tmp_path):
     """``kill -9`` in the middle of LoRA SFT (after the step-4 checkpoint, during step 5), then the same call:
     it resumes at step 4 and ends with exactly the adapter, losses and selected step of an uninterrupted run."""
-    import os
-    import runpy
-    import subprocess
-    import sys
+    from tests.conftest import killed_training
 
-    from tests.conftest import REPO
-
-    script = tmp_path / "resume_case.py"
-    script.write_text(RESUME_SCRIPT)
-    case = runpy.run_path(str(script))
-    ckpt = tmp_path / "ckpt.pt"
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    killed = subprocess.run([sys.executable, str(script), str(ckpt), "5"], env=env, capture_output=True, timeout=300)
-    assert killed.returncode == -9 and ckpt.is_file()  # died by SIGKILL, leaving the step-4 checkpoint
+    case, ckpt = killed_training(tmp_path, RESUME_SCRIPT, 5)  # died by SIGKILL, leaving the step-4 checkpoint
     from harness.lm.lora import eval_loss, from_checkpoint
 
     lora = dict(r=4, alpha=8, dropout=0.0, target_modules=["q_proj", "v_proj"])
@@ -364,7 +353,7 @@ def test_interrupted_training_resumes_to_the_uninterrupted_adapter(tmp_path):
     assert all(torch.equal(resumed[k], whole[k]) for k in whole)
     assert not ckpt.exists()  # a completed run removes its checkpoint
     # a checkpoint of other settings is refused, not mixed in
-    subprocess.run([sys.executable, str(script), str(ckpt), "3"], env=env, capture_output=True, timeout=300)
+    killed_training(tmp_path, RESUME_SCRIPT, 3)
     train, val = case["data"]()
     from methods.compselect.sft import train_lora
 

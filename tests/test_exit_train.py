@@ -33,6 +33,33 @@ def test_labels_are_answer_sentences_and_other_sentences_of_the_same_passages():
     assert rows_seen > 12  # the slice has answer sentences
 
 
+def test_hard_negatives_come_from_the_answer_passages_and_the_rest_from_the_others():
+    """EXIT's balanced data: ``hard_share`` of the negatives are other sentences of a passage holding an answer,
+    the rest sentences of the other passages (made up from the other pool when one runs short)."""
+    from harness.metrics import subem
+    from harness.text import split_sentences
+    from methods.exit_train import labelled_sentences
+
+    seen = {0.0: 0, 1.0: 0}
+    for ex in load_slice("nq", 12, split="train"):
+        gold = {pi for pi, p in enumerate(ex.passages)
+                if any(subem(s, ex.answers) for s in split_sentences(p.text.strip()))}
+        for share in (0.0, 0.5, 1.0):
+            rows = labelled_sentences(ex, 2, 2, random.Random(0), share)
+            pos = [r for r in rows if r["label"]]
+            neg = [r for r in rows if not r["label"]]
+            hard = sum(r["passage"] in gold for r in neg)
+            pool_hard = sum(1 for pi in gold for s in split_sentences(ex.passages[pi].text.strip())
+                            if not subem(s, ex.answers))
+            pool_other = sum(len(split_sentences(p.text.strip())) for pi, p in enumerate(ex.passages) if pi not in gold)
+            assert len(neg) == min(2 * len(pos), pool_hard + pool_other)
+            want = min(pool_hard, max(round(share * len(neg)), len(neg) - pool_other)) if pos else 0
+            assert hard == want, (share, hard, want)
+            if share in seen:
+                seen[share] += len(neg)
+    assert seen[0.0] > 0 and seen[1.0] > 0
+
+
 @pytest.mark.slow
 def test_a_tiny_training_run_writes_an_adapter_exit_loads(tmp_path, generator):
     from hydra import compose, initialize_config_dir
@@ -130,3 +157,57 @@ def test_the_committed_classifier_ranks_answer_sentences_first_on_its_validation
     auc = sum((a > b) + 0.5 * (a == b) for a in pos for b in neg) / (len(pos) * len(neg))
     assert len(pos) >= 10 and auc >= 0.7, (len(pos), auc)  # 0.78 measured on these 25 questions (2026-11-25)
     assert kept_any >= 0.5 * len(questions)  # 61.7 % on 60 validation questions (manifest)
+
+
+CROSS_RESUME_SCRIPT = """
+import os, random, signal, sys
+
+from methods.exit_cross_encoder import train_cross_encoder
+from methods.exit_train import labelled_sentences
+from tests.conftest import ENCODER, load_slice
+
+def data():
+    rows = [((ex.question, r["text"], r["context"]), r["label"]) for ex in load_slice("nq", 20, split="train")
+            for r in labelled_sentences(ex, 2, 1, random.Random(0), 0.5)]
+    return rows[:24], rows[24:32]
+
+def run(ckpt, kill_at=None):
+    train, val = data()
+    def on_step(step):
+        if step == kill_at:
+            os.kill(os.getpid(), signal.SIGKILL)
+    model, _, report = train_cross_encoder(
+        ENCODER, train, val, lora={"r": 4, "alpha": 8, "target_modules": ["query", "value"]}, lr=1e-3, epochs=1,
+        batch_size=4, warmup_ratio=0.1, max_length=96, seed=0, eval_every=2, progress=False, checkpoint=ckpt,
+        on_step=on_step)
+    return {k: v for k, v in model.named_parameters() if v.requires_grad}, report
+
+if __name__ == "__main__":
+    run(sys.argv[1], int(sys.argv[2]))
+"""
+
+
+@pytest.mark.slow
+def test_an_interrupted_cross_encoder_run_resumes_to_the_uninterrupted_classifier(tmp_path):
+    """``kill -9`` during step 5 of 6 (the step-4 checkpoint on disk), then the same call: it resumes at step 4
+    and ends with the weights, losses and selected step of an uninterrupted run; other data is refused."""
+    import torch
+
+    from tests.conftest import killed_training
+
+    case, ckpt = killed_training(tmp_path, CROSS_RESUME_SCRIPT, 5)
+    train, val = case["data"]()
+    from methods.exit_cross_encoder import train_cross_encoder
+
+    with pytest.raises(ValueError, match="other settings or data"):
+        train_cross_encoder(ENCODER, train[:20], val, lora={"r": 4, "alpha": 8, "target_modules": ["query", "value"]},
+                            lr=1e-3, epochs=1, batch_size=4, warmup_ratio=0.1, max_length=96, seed=0, eval_every=2,
+                            progress=False, checkpoint=ckpt)
+    resumed, r_report = case["run"](ckpt)
+    whole, w_report = case["run"](None)
+    assert r_report["resumed_at_step"] == 4 and w_report["resumed_at_step"] is None and r_report["steps"] == 6
+    assert r_report["step_losses"] == w_report["step_losses"] and len(w_report["step_losses"]) == 6
+    assert r_report["val_history"] == w_report["val_history"] and len(w_report["val_history"]) == 4
+    assert r_report["selected_step"] == w_report["selected_step"]
+    assert resumed.keys() == whole.keys() and all(torch.equal(resumed[k], whole[k]) for k in whole)
+    assert not ckpt.exists()  # a finished run removes its checkpoint

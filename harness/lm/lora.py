@@ -136,11 +136,13 @@ def _fingerprint(base, train: Sequence[SFTExample], val: Sequence[SFTExample], s
     return h.hexdigest()
 
 
-def _trainable(model) -> dict[str, Any]:
+def trainable_state(model) -> dict[str, Any]:
+    """Copies of the parameters that train (a checkpoint's weights)."""
     return {k: v.detach().clone() for k, v in model.named_parameters() if v.requires_grad}
 
 
-def _load_trainable(model, state: dict[str, Any]) -> None:
+def load_trainable(model, state: dict[str, Any]) -> None:
+    """Copy a ``trainable_state`` back into the model's parameters."""
     import torch
 
     params = dict(model.named_parameters())
@@ -149,7 +151,23 @@ def _load_trainable(model, state: dict[str, Any]) -> None:
             params[k].copy_(v)
 
 
-def _save_checkpoint(path: Path, state: dict[str, Any]) -> None:
+def resume_checkpoint(path: Path, fingerprint: str, model, opt, sched, weights: str = "weights") -> dict[str, Any]:
+    """Load a ``save_checkpoint`` file into the model's trainable weights (key ``weights``), the optimizer, the
+    scheduler and torch's RNG, and return it; refused when ``fingerprint`` (data and settings) differs."""
+    import torch
+
+    saved = torch.load(path, weights_only=True)
+    if saved["fingerprint"] != fingerprint:
+        raise ValueError(f"{path} was written by a training run of other settings or data: delete it to start over")
+    load_trainable(model, saved[weights])
+    opt.load_state_dict(saved["opt"])
+    sched.load_state_dict(saved["sched"])
+    torch.set_rng_state(saved["torch_rng"])
+    return saved
+
+
+def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
+    """``torch.save`` through a temporary file and an atomic rename."""
     import torch
 
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -244,13 +262,7 @@ def train_lora(
     val_history: list[list[float]] = []
     best: dict[str, Any] | None = None
     if ckpt is not None and ckpt.is_file():
-        saved = torch.load(ckpt, weights_only=True)
-        if saved["fingerprint"] != fp:
-            raise ValueError(f"{ckpt} was written by a training run of other settings or data: delete it to start over")
-        _load_trainable(model, saved["lora"])
-        opt.load_state_dict(saved["opt"])
-        sched.load_state_dict(saved["sched"])
-        torch.set_rng_state(saved["torch_rng"])
+        saved = resume_checkpoint(ckpt, fp, model, opt, sched, weights="lora")
         start = resumed_at = int(saved["step"])
         step_losses, val_history, best = saved["step_losses"], saved["val_history"], saved["best"]
         val_before = saved["val_before"]
@@ -282,11 +294,11 @@ def train_lora(
             v = eval_loss(model, val, compute_dtype, micro_batch)
             val_history.append([done, v])
             if select_best and v is not None and (best is None or v < best["loss"]):
-                best = {"step": done, "loss": v, "lora": _trainable(model)}
+                best = {"step": done, "loss": v, "lora": trainable_state(model)}
         bar.update(1)
         bar.set_postfix(loss=f"{acc:.3f}")
         if ckpt is not None and save_every and done % save_every == 0 and done < len(groups):
-            _save_checkpoint(ckpt, {"fingerprint": fp, "step": done, "lora": _trainable(model),
+            save_checkpoint(ckpt, {"fingerprint": fp, "step": done, "lora": trainable_state(model),
                                     "opt": opt.state_dict(), "sched": sched.state_dict(),
                                     "torch_rng": torch.get_rng_state(), "step_losses": step_losses,
                                     "val_history": val_history, "best": best, "val_before": val_before})
@@ -297,7 +309,7 @@ def train_lora(
     bar.close()
     selected = len(step_losses)
     if select_best and best is not None and best["step"] != selected:
-        _load_trainable(model, best["lora"])
+        load_trainable(model, best["lora"])
         selected = best["step"]
     model.eval()
     val_after = eval_loss(model, val, compute_dtype, micro_batch)
@@ -349,7 +361,7 @@ def from_checkpoint(
     saved = torch.load(Path(checkpoint), weights_only=True)
     state = saved["lora"] if which == "last" or not saved.get("best") else saved["best"]["lora"]
     model = get_peft_model(weight_sharing_copy(base), lora_config(r, alpha, dropout, target_modules))
-    _load_trainable(model, state)
+    load_trainable(model, state)
     model.eval()
     selected = int(saved["step"]) if state is saved["lora"] else int(saved["best"]["step"])
     return model, {
