@@ -1,0 +1,101 @@
+"""``python -m methods.exit_probe <classifier dir> [<classifier dir> ...] [--thresholds 0.5] [--questions N]``
+
+What EXIT's trained classifiers do downstream on their validation questions (the ``val`` part of the
+``labels.jsonl`` beside each classifier: train-split questions held out by ``methods.exit_train``, never test):
+the shared generator's SubEM on what each keeps at each threshold, the compression ratio (ratio of sums, the
+generator's tokenizer), the share of questions with something kept, and the same generator's SubEM with the full
+passages and closed-book, on the same questions. The figures that choose between classifiers (issue: select on
+validation only); the paper's threshold 0.5 is the default and the one the method ships with.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+from harness.provenance import REPO_ROOT
+
+
+def _generator():
+    from hydra import compose, initialize_config_dir
+    from hydra.utils import instantiate
+
+    from harness.config import apply_profile_env, register_resolvers
+
+    register_resolvers()
+    with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base="1.3"):
+        cfg = compose("config")
+    apply_profile_env(cfg)
+    return instantiate(cfg.generator)
+
+
+def val_questions(labels: Path, data_root: str, n: int | None) -> list:
+    """The validation questions named in ``labels`` (first appearance order), loaded as the training run did."""
+    from omegaconf import OmegaConf
+
+    from methods.exit_train import questions
+
+    ids: list[str] = []
+    for line in labels.read_text(encoding="utf-8").splitlines():
+        r = json.loads(line)
+        if r["part"] == "val" and r["id"] not in ids:
+            ids.append(r["id"])
+    cfg = OmegaConf.load(REPO_ROOT / "conf" / "train" / "exit.yaml")
+    cfg.data.root = data_root
+    cfg.seed = 0
+    _, val, _ = questions(cfg)
+    by_id = {e.id: e for e in val}
+    missing = [i for i in ids if i not in by_id]
+    if missing:
+        raise ValueError(f"{labels}: {len(missing)} validation ids not among this data's held-out questions")
+    chosen = [by_id[i] for i in ids]
+    return chosen[:n] if n else chosen
+
+
+def main(argv: list[str] | None = None) -> dict:
+    from harness.metrics import subem
+    from harness.prompt import build_messages
+    from harness.protocols import MethodEnv
+    from methods.exit import Exit
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("classifiers", nargs="+")
+    ap.add_argument("--thresholds", default="0.5")
+    ap.add_argument("--questions", type=int, default=None, help="the first N validation questions (default all)")
+    ap.add_argument("--data", default=os.environ.get("RAG_HARNESS_DATA", str(REPO_ROOT.parent / "shared" / "data")))
+    ap.add_argument("--encoder", default="embedded:all-minilm-l6-v2")
+    args = ap.parse_args(argv)
+
+    gen = _generator()
+    labels = Path(args.classifiers[0]).parent / "labels.jsonl"
+    examples = val_questions(labels, args.data, args.questions)
+    original = sum(gen.count_tokens(p.text) for e in examples for p in e.passages)
+
+    def score(documents: list[list[str]]) -> float:
+        outs = gen.generate([build_messages(e.question, d) for e, d in zip(examples, documents, strict=True)])
+        return round(100 * sum(bool(subem(o.answer, e.answers)) for o, e in zip(outs, examples, strict=True))
+                     / len(examples), 2)
+
+    report: dict = {"questions": len(examples), "labels": str(labels),
+                    "full": score([[p.text for p in e.passages] for e in examples]),
+                    "naive": score([[] for _ in examples]), "classifiers": {}}
+    for path in args.classifiers:
+        rows = {}
+        for t in (float(x) for x in args.thresholds.split(",")):
+            c = Exit(args.encoder, adapter=path, kind="cross_encoder", max_length=256, threshold=t)
+            c.bind(MethodEnv(count_tokens=gen.count_tokens))
+            comps = c.compress_batch(examples)
+            kept = sum(gen.count_tokens(d) for comp in comps for d in comp.documents)
+            rows[str(t)] = {"subem": score([comp.documents for comp in comps]),
+                            "cr": round(original / kept, 2) if kept else None,
+                            "kept_something": round(sum(bool(comp.documents) for comp in comps) / len(comps), 3)}
+        report["classifiers"][path] = rows
+    print(json.dumps(report, indent=1))
+    return report
+
+
+if __name__ == "__main__":
+    main()
+    os._exit(0)  # the vLLM engine's shutdown can hang a script's exit
