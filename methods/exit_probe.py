@@ -32,7 +32,8 @@ def _generator():
 
 
 def val_questions(labels: Path, data_root: str, n: int | None) -> list:
-    """The validation questions named in ``labels`` (first appearance order), loaded as the training run did."""
+    """The validation questions named in ``labels`` (first appearance order), split out as the training run that
+    wrote them did (its configuration, from the ``manifest.json`` beside them; the data read from ``data_root``)."""
     from omegaconf import OmegaConf
 
     from methods.exit_train import questions
@@ -42,9 +43,8 @@ def val_questions(labels: Path, data_root: str, n: int | None) -> list:
         r = json.loads(line)
         if r["part"] == "val" and r["id"] not in ids:
             ids.append(r["id"])
-    cfg = OmegaConf.load(REPO_ROOT / "conf" / "train" / "exit.yaml")
+    cfg = OmegaConf.create(json.loads((labels.parent / "manifest.json").read_text(encoding="utf-8"))["config"])
     cfg.data.root = data_root
-    cfg.seed = 0
     _, val, _ = questions(cfg)
     by_id = {e.id: e for e in val}
     missing = [i for i in ids if i not in by_id]
