@@ -16,8 +16,8 @@ cd "$(dirname "$0")/.."
 
 BASELINES=(
   naive full oracle_sentences
-  bm25 bm25_sentences_rate0.25
-  bge_reranker bge_reranker_sentences_rate0.25 bge_reranker_v2_m3
+  bm25 bm25_sentences_rate0.25 bm25_sentences_top1
+  bge_reranker bge_reranker_sentences_rate0.25 bge_reranker_sentences_top1 bge_reranker_v2_m3
   recomp_extr recomp_abs refiner
   longllmlingua longllmlingua_rate0.55
   selective_context selective_context_ratio0.68

@@ -25,7 +25,7 @@ from methods.ci_value.rebalance import (
 )
 
 ENCODER = "embedded:all-minilm-l6-v2"
-WEIGHTS = Path(__file__).resolve().parent.parent / "methods/ci_value/artifacts/embedded/csm_st_passage"
+WEIGHTS = Path(__file__).resolve().parent.parent / "methods/ci_value/artifacts/embedded/csm_st_passage_nq"
 
 
 @pytest.fixture(scope="module")
@@ -119,6 +119,33 @@ def test_a_few_st_training_steps_lower_the_loss(pairs, nq5):
     assert mses[-1] < 0.3 * mses[0]
 
 
+def test_st_training_ends_with_the_epoch_best_on_validation(pairs, nq5):
+    """``train_st(validate=...)`` keeps the weights of the epoch the validation figure prefers, not the last."""
+    from methods.ci_value.fit import predict, train_st
+
+    texts = {e.question: [p.render() for p in e.passages] for e in nq5}
+    feats_of = {q: pairs.encode([q] * len(t), t) for q, t in texts.items()}
+    samples = [Sample(q, ["a"], t, [0.5, -0.5, 0.0, 0.2, -0.1], [0.5, -0.5, 0.0, 0.2, -0.1])
+               for q, t in texts.items()]
+
+    def feats(s):
+        return feats_of[s.question]
+
+    seen, figures = [], iter([0.1, 0.7, 0.3, None])
+
+    def validate(head):
+        seen.append(predict(head, samples, feats))
+        return next(figures)
+
+    head = CSMHead(384, dropout=0.0)
+    history = train_st(head, samples, feats, epochs=4, batch_size=2, lr=1e-3, validate=validate)
+    assert [h.get("selected", False) for h in history] == [False, True, False, False]
+    assert [h["validation"] for h in history] == [0.1, 0.7, 0.3, None]
+    assert seen[1] != seen[3]  # training moved the weights after epoch 2 ...
+    got = [v for row in predict(head, samples, feats) for v in row]
+    assert got == pytest.approx([v for row in seen[1] for v in row], abs=1e-6)  # ... and they were rolled back
+
+
 @pytest.mark.skipif(
     not (WEIGHTS / "head.safetensors").is_file(), reason="embedded CSM weights not trained yet"
 )
@@ -181,8 +208,8 @@ def test_eval_mode_reproduces_the_committed_heads_heldout_figures(tmp_path):
 
     conf = Path(__file__).resolve().parent.parent / "conf"
     with initialize_config_dir(str(conf), version_base="1.3"):
-        # the committed labels were made by the transformers generator (labels are keyed by the scorer)
-        cfg = compose("train/csm", overrides=["mode=eval", "generator=smollm2_transformers", "progress=false",
+        # the committed labels were made by the default (vLLM) generator: read from the cache, no model loads
+        cfg = compose("train/csm", overrides=["mode=eval", "dataset=nq", "progress=false",
                                               f"eval_out={tmp_path / 'e.json'}"])
     apply_profile_env(cfg)
     got = run(cfg)["heldout"]

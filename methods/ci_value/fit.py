@@ -59,14 +59,19 @@ def batches(samples: Sequence[Sample], feats: FeatureFn):
 
 def train_st(head: CSMHead, samples: list[Sample], feats: FeatureFn, epochs: int = 10, batch_size: int = 16,
              lr: float = 1e-4, weight_decay: float = 0.005, warmup: float = 0.01, beta: float = 0.1,
-             tau: float = 1.0, seed: int = 2024) -> list[dict]:
-    """Re-weighted regression + contrastive loss; returns per-epoch mean losses."""
+             tau: float = 1.0, seed: int = 2024,
+             validate: Callable[[CSMHead], float | None] | None = None) -> list[dict]:
+    """Re-weighted regression + contrastive loss; returns per-epoch mean losses.
+
+    ``validate`` (higher is better, e.g. held-back Spearman) is called after every epoch; the head ends with the
+    weights of the best epoch (the last on ties or when it returns None), marked ``selected`` in the history."""
     rng = random.Random(seed)
     torch.manual_seed(seed)
     opt = torch.optim.AdamW(head.parameters(), lr=lr, weight_decay=weight_decay)
     steps = epochs * math.ceil(len(samples) / batch_size)
     sched = schedule(opt, steps, warmup)
     history = []
+    best: tuple[float, int, dict] | None = None
     for ep in range(epochs):
         head.train()
         order = list(range(len(samples)))
@@ -87,7 +92,14 @@ def train_st(head: CSMHead, samples: list[Sample], feats: FeatureFn, epochs: int
             tot["cts"] += parts["cts"]
             nb += 1
         history.append({"epoch": ep + 1, **{k: v / max(nb, 1) for k, v in tot.items()}})
+        if validate is not None:
+            history[-1]["validation"] = score = validate(head)
+            if score is not None and (best is None or score > best[0]):
+                best = (score, ep, {k: v.detach().clone() for k, v in head.state_dict().items()})
         log.info("epoch %d: %s", ep + 1, history[-1])
+    if best is not None:
+        head.load_state_dict(best[2])
+        history[best[1]]["selected"] = True
     head.eval()
     return history
 

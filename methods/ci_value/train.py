@@ -151,15 +151,18 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     scorer = LazyScorer(cfg.generator, int(cfg.threads) if cfg.threads else None)
     cache = LabelCache(cfg.label_cache)
     rb = cfg.rebalance
-    held_rows = label(scorer, held_items, cache, cfg.max_answers, progress=cfg.progress) if (
-        cfg.mode in ("st", "eval") or cfg.e2e.eval_labels) else []
+
+    def labelled(items):
+        return label(scorer, items, cache, cfg.max_answers, chunk=int(cfg.label_chunk), progress=cfg.progress)
+
+    held_rows = labelled(held_items) if cfg.mode in ("st", "eval") or cfg.e2e.eval_labels else []
     held = [from_row(r, rb.label_temperature) for r in held_rows]
     info: dict[str, Any] = {"train_questions": split, "held_questions": len(held_items)}
 
     if cfg.mode == "eval":
         return _evaluate_only(cfg, held, held_rows, t_start)
     if cfg.mode == "st":
-        rows = label(scorer, train_items, cache, cfg.max_answers, progress=cfg.progress)
+        rows = labelled(train_items)
         samples = [from_row(r, rb.label_temperature) for r in rows]
         samples = [s for s in samples if s.texts]
         d1, d2 = mark_hard(samples, rb.alpha, rb.delta1, rb.delta2, rb.hard_fraction)
@@ -177,7 +180,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
 
             syn_ex = [_synthetic_example(s, f"synthetic-{k}-{s.origin}") for k, s in enumerate(synth)]
             syn_items = [(ex, example_units(ex, cfg.granularity, cfg.min_words)) for ex in syn_ex]
-            syn_rows = label(scorer, syn_items, cache, cfg.max_answers, progress=cfg.progress)
+            syn_rows = labelled(syn_items)
             synth = [from_row(r, rb.label_temperature, origin=s.origin)
                      for r, s in zip(syn_rows, synth, strict=True)]
         mark_hard(synth, rb.alpha, d1, d2)
@@ -191,8 +194,12 @@ def run(cfg: DictConfig) -> dict[str, Any]:
 
         o = cfg.optim
         t0 = time.perf_counter()
+        metric = cfg.select_epoch  # the epoch kept: best on the held-back share (validation, from train)
+
+        def validate(h):
+            return _evaluate(h, held, feats)[metric]
         history = train_st(head, train, feats, o.epochs, o.batch_size, o.lr, o.weight_decay, o.warmup, o.beta,
-                           o.tau, int(cfg.seed))
+                           o.tau, int(cfg.seed), validate if held and metric else None)
         info["train_seconds"] = time.perf_counter() - t0
         data_keys = sorted(r["key"] for r in rows + held_rows)
     else:
