@@ -64,7 +64,8 @@ def train_st(head: CSMHead, samples: list[Sample], feats: FeatureFn, epochs: int
     """Re-weighted regression + contrastive loss; returns per-epoch mean losses.
 
     ``validate`` (higher is better, e.g. held-back Spearman) is called after every epoch; the head ends with the
-    weights of the best epoch (the last on ties or when it returns None), marked ``selected`` in the history."""
+    weights of the best epoch (the earliest on ties; the last when it always returns None), marked ``selected``
+    in the history."""
     rng = random.Random(seed)
     torch.manual_seed(seed)
     opt = torch.optim.AdamW(head.parameters(), lr=lr, weight_decay=weight_decay)
