@@ -12,6 +12,7 @@ from methods.compselect.labels import (
     knn_expand,
     likelihood_label,
     order_by_similarity,
+    pad_target,
     reranker_pairs,
     truncation_label,
 )
@@ -101,6 +102,13 @@ def test_knn_expansion_on_hand_made_embeddings():
     assert knn_expand(emb, [], 0.15) == []
     query = np.array(unit(30))
     assert order_by_similarity([0, 1, 2], emb, query) == [2, 1, 0]
+    # padding keeps the target first, then the other rows closest to the query (25 and 35 degrees tie at 5 from
+    # 30: index order; then 10, then 0)
+    assert pad_target([4], emb, query, 3) == [4, 2, 3]
+    assert pad_target([4, 0], emb, query, 3) == [4, 0, 2]
+    assert pad_target([4, 0], emb, query, 2) == [4, 0]
+    assert pad_target([4], emb, query, None) == [4]
+    assert pad_target([4], emb, query, 9) == [4, 2, 3, 1, 0]  # no more rows than there are
 
 
 def fake_generator_verdict(docs: list[str]) -> bool:

@@ -82,6 +82,14 @@ def test_training_pipeline_on_a_small_slice_and_its_rerun_replays_every_call(tmp
         assert (out / "extractor" / "adapter_model.safetensors").read_bytes() == (
             tmp_path / "sft" / "adapter" / "adapter_model.safetensors"
         ).read_bytes()
+        # an imported extractor and an export in one run: it labels with the import and exports the truncator
+        both = compose(out, ["stages=[extractor,truncator]", f"extractor.import_from={tmp_path / 'sft'}",
+                             f"export_sft={tmp_path / 'exp2'}"])
+        OmegaConf.update(both, "data.extractor", {"nq": 10}, merge=False)
+        OmegaConf.update(both, "data.labels", {"nq": 6}, merge=False)
+        with pytest.raises(train.ExportDone) as done:
+            train.run(both)
+        assert done.value.args[0] == tmp_path / "exp2" / "truncator.sft.json.gz"
         OmegaConf.update(imp, "data.extractor", {"nq": 9}, merge=False)  # other examples: refused
         with pytest.raises(ValueError, match="other examples"):
             train.run(imp)

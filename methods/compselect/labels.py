@@ -4,6 +4,11 @@
   as a raw, case-sensitive substring: ``match="raw"``), plus for ``epsilon > 0`` every sentence within cosine
   *distance* ``epsilon`` of one of them (KNN expansion; the code compares 1 - cos <= epsilon), ordered by
   cosine similarity to the question as in the code.
+- Target padding (a departure for weak extractors, off by default: ``extractor.pad_to``): a target shorter than
+  ``pad_to`` sentences is followed by the other shown sentences most similar to the question (MiniLM cosine)
+  until it has ``pad_to``. With MiniLM the paper's KNN expansion adds nothing at any of its epsilons (68% of
+  targets stay one sentence), and a 135M extractor trained on them writes one clue; padded targets teach it to
+  list the answer sentence first and the next candidates after it, for the reranker and truncator to judge.
 - Reranker labels: a clue is positive when the generator answers correctly (SubEM) from it alone; questions
   whose clues are all positive or all negative are dropped (000 footnote 2); pairs are every positive x every
   negative.
@@ -63,6 +68,16 @@ def order_by_similarity(indices: Sequence[int], embeddings: np.ndarray, query: n
     """``indices`` by descending cosine similarity of their rows to ``query`` (ties keep the given order)."""
     sims = embeddings[list(indices)] @ query if len(indices) else np.zeros(0)
     return [indices[j] for j in sorted(range(len(indices)), key=lambda j: (-float(sims[j]), j))]
+
+
+def pad_target(target: Sequence[int], embeddings: np.ndarray, query: np.ndarray, pad_to: int | None) -> list[int]:
+    """``target`` followed by the other rows most similar to ``query`` until it has ``pad_to`` (or no row is
+    left); ``target`` itself unchanged, and ``pad_to`` None or <= len(target) returns it as it is."""
+    target = list(target)
+    if pad_to is None or len(target) >= pad_to:
+        return target
+    rest = order_by_similarity([i for i in range(len(embeddings)) if i not in set(target)], embeddings, query)
+    return target + rest[: pad_to - len(target)]
 
 
 def truncation_label(n: int, correct: Callable[[int], bool], scan: str = "argmin") -> int:

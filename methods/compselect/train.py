@@ -179,7 +179,7 @@ def likelihood_fallback(
 def extractor_targets(cfg: DictConfig, lm, encoder, examples: Sequence) -> list[dict[str, Any]]:
     """Per example: the prompt's shown sentences, S^a, the KNN additions and the ordered target (flat
     indices)."""
-    from methods.compselect.labels import answer_sentences, knn_expand, order_by_similarity
+    from methods.compselect.labels import answer_sentences, knn_expand, order_by_similarity, pad_target
     from methods.compselect.method import extractor_input
 
     rows = []
@@ -195,11 +195,14 @@ def extractor_targets(cfg: DictConfig, lm, encoder, examples: Sequence) -> list[
         )
         chosen = knn_expand(emb[1:], seeds, float(cfg.extractor.epsilon))
         ordered = order_by_similarity(chosen, emb[1:], emb[0])
+        expanded = len(ordered)
+        ordered = pad_target(ordered, emb[1:], emb[0], cfg.extractor.get("pad_to"))
         rows.append(
             {
                 "id": e.id,
                 "target": ordered,
                 "answer_sentences": seeds,
+                "padded": len(ordered) - expanded,
                 "units": [[x.units[i].passage, x.units[i].sentence] for i in ordered],
                 "texts": [shown[i] for i in ordered],
             }
@@ -269,13 +272,15 @@ def exported_stage(name: str, cfg_stage: DictConfig, cfg: DictConfig, train_ex, 
     """``export_sft=DIR``: write the stage's token-id examples and settings to ``DIR/<name>.sft.json.gz`` (for
     ``python -m harness.lm.sft_file`` on another machine, a GPU one say) and stop. ``<stage>.import_from=DIR``: take
     the adapter that command wrote (or one of its snapshots), refused unless it was trained on exactly these
-    examples; the manifest gets that run's report (its settings, device and times)."""
+    examples; the manifest gets that run's report (its settings, device and times). Both in one run: the stages
+    with ``import_from`` are imported and the first other trained stage is exported (``extractor.import_from=A
+    export_sft=DIR`` labels with the imported extractor and exports the truncator)."""
     import shutil
 
     from harness.lm.sft_file import export_examples, read_report
 
     settings = sft_settings(cfg_stage, targets)
-    if cfg.get("export_sft"):
+    if cfg.get("export_sft") and not cfg_stage.get("import_from"):  # an imported stage is taken, a later exported
         path = export_examples(Path(cfg.export_sft) / f"{name}.sft.json.gz", name, cfg.lm, train_ex, val_ex,
                                {**settings, "seed": int(cfg.seed)})
         raise ExportDone(path)
@@ -410,7 +415,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             "questions": len(rows),
             "with_target": sum(bool(r["target"]) for r in rows),
             "target_sentences": sum(len(r["target"]) for r in rows),
-            "knn_added": sum(len(r["target"]) - len(r["answer_sentences"]) for r in rows),
+            "knn_added": sum(len(r["target"]) - len(r["answer_sentences"]) - r.get("padded", 0) for r in rows),
+            "padded": sum(r.get("padded", 0) for r in rows),
         }
         for p, rows in targets.items()
     }
