@@ -4,7 +4,8 @@
   as a raw, case-sensitive substring: ``match="raw"``), plus for ``epsilon > 0`` every sentence within cosine
   *distance* ``epsilon`` of one of them (KNN expansion; the code compares 1 - cos <= epsilon), ordered by
   cosine similarity to the question as in the code.
-- Target padding (a departure for weak extractors, off by default: ``extractor.pad_to``): a target shorter than
+- Target padding (a departure for weak extractors: ``extractor.pad_to``, 3 in the embedded training config, null
+  in the paper one): a target shorter than
   ``pad_to`` sentences is followed by the other shown sentences most similar to the question (MiniLM cosine)
   until it has ``pad_to``. With MiniLM the paper's KNN expansion adds nothing at any of its epsilons (68% of
   targets stay one sentence), and a 135M extractor trained on them writes one clue; padded targets teach it to
@@ -76,7 +77,8 @@ def pad_target(target: Sequence[int], embeddings: np.ndarray, query: np.ndarray,
     target = list(target)
     if pad_to is None or len(target) >= pad_to:
         return target
-    rest = order_by_similarity([i for i in range(len(embeddings)) if i not in set(target)], embeddings, query)
+    taken = set(target)
+    rest = order_by_similarity([i for i in range(len(embeddings)) if i not in taken], embeddings, query)
     return target + rest[: pad_to - len(target)]
 
 
