@@ -258,7 +258,9 @@ def publish(
             for h, r in diag:
                 frame = html.frame_html(pd.DataFrame(r, columns=h))
                 sections.append((f"Method diagnostics — {profile} / {gen}", frame))
-        lh, lr = _latency_md(lat[(lat.profile == profile) & (lat.generator == gen)])
+        block = lat[(lat.profile == profile) & (lat.generator == gen)]
+        lh, lr = _latency_md(block)
+        cost, summed, missing = tables.throughput_sum(block)
         md.append(
             "### Latency and break-even\n\nTwo protocols, never mixed. Latency (compression, online = "
             "generation, total) as the papers time it: seconds per example, one example at a time after "
@@ -269,7 +271,11 @@ def publish(
             "batch size shown (throughput), `mixed` where its records were timed at more than one batch size or "
             "thread count (*timed at*: records per batch size b and thread count t; `?` = made before these "
             "were kept).\n\n"
-            f"{tables.markdown(lh, lr)}\n"
+            f"{tables.markdown(lh, lr)}\n\n"
+            f"Cost of the block: the sum over its {summed} variants with a batched figure of their batched s per "
+            f"question (mean over datasets) is **{cost:.2f} s**"
+            + (f"; without one: {', '.join(f'`{v}`' for v in missing)}" if missing else "")
+            + ".\n"
         )
         cmp = reference.comparison(full, ref, profile, gen)
         if not cmp.empty:

@@ -277,6 +277,15 @@ def latency(df: pd.DataFrame, baseline: str = "full") -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def throughput_sum(lat: pd.DataFrame) -> tuple[float, int, list[str]]:
+    """One block's cost of running every variant once: the sum over its variants of the batched compression +
+    generation seconds per question (mean over the datasets that have the figure), how many variants it sums,
+    and the variants left out (no batched figure on any dataset: mixed or unknown timing)."""
+    per = lat.groupby("variant", sort=False).batched_s.apply(lambda s: pd.to_numeric(s, errors="coerce").mean())
+    missing = sorted(per[per.isna()].index)
+    return float(per.dropna().sum()), int(per.notna().sum()), missing
+
+
 def ordered(df: pd.DataFrame) -> pd.DataFrame:
     """Rows in reading order: (profile, generator) groups, datasets NQ/TQA/HQA, the papers' method order."""
     g = {p: i for i, p in enumerate(groups(df))}

@@ -434,6 +434,18 @@ def test_latency_and_throughput_never_mix_protocols(tmp_path):
     assert lat.loc["bm25", "total_s"] == pytest.approx(0.25) and pd.isna(lat.loc["bm25", "break_even"])
 
 
+def test_throughput_sum_adds_each_variants_mean_over_datasets_and_names_the_ones_without():
+    lat = pd.DataFrame(
+        {
+            "variant": ["full", "full", "bm25", "bm25", "edc2", "edc2"],
+            "dataset": ["nq", "hotpotqa"] * 3,
+            "batched_s": [1.0, 2.0, 0.5, None, None, None],
+        }
+    )
+    cost, summed, missing = tables.throughput_sum(lat)
+    assert cost == pytest.approx(1.5 + 0.5) and summed == 2 and missing == ["edc2"]
+
+
 def test_a_resumed_run_counts_a_batch_size_once_through_the_archive(tmp_path):
     """Records made before batch and threads were kept leave gaps, so pandas reads those columns as floats; the
     archive writes them back whole, and a summary that counted ``1.0`` apart from ``1`` still reads as one."""
@@ -487,6 +499,8 @@ def test_publish_writes_every_output_from_hand_made_runs(tmp_path):
     assert "### Table 2 on shared questions (NQ 20, TQA 20)" in md
     assert "oracle_sentences (oracle) | 90.00 |" in md
     assert "DIFFERENT generator" in md and "BottleNeck" in md and "setting `finefilter`" in md
+    # hand-made records carry no batch size: no throughput figure, so the block's cost names them all as missing
+    assert "sum over its 0 variants with a batched figure" in md and "`bm25`, `full`, `naive`" in md
     tex = (tmp_path / "out" / "table2_embedded_gen-a.tex").read_text()
     assert "\\textbf{60.00}" in tex and "\\begin{tabular}{lrrrrrr}" in tex
     for f in files:
