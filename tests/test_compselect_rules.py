@@ -303,3 +303,12 @@ def test_the_paper_profile_keeps_the_greedy_truncator_and_the_embedded_one_a_val
         emb = {m: compose("config", overrides=[f"method={m}"]).method for m in ("compselect", "finefilter")}
     assert all(c.empty_threshold is None and c.max_input_tokens == 2048 for c in paper.values())
     assert all(0 < c.empty_threshold <= 1 and c.max_input_tokens == 1024 for c in emb.values())
+
+
+def test_extractor_probe_recall_counts_only_eligible_questions():
+    from methods.compselect.extractor_probe import _recall
+
+    flags = [{"eligible": True, "recall1": 1.0}, {"eligible": True, "recall1": 0.0},
+             {"eligible": False, "recall1": None}]
+    assert _recall(flags, [["a", "b"], ["c"], []]) == {
+        "questions": 3, "eligible": 2, "recall1": 50.0, "clues": {0: 1, 1: 1, 2: 1}}

@@ -1,8 +1,8 @@
 """``python -m methods.compselect.extractor_probe <adapter dir|none> <splits.json> [--part val]``
 
 An extractor's Recall-1 (000 Table 6: the extracted clues contain a gold answer, on the questions whose passages
-hold one) and its clue count, on the labelling questions of one part of a training run's ``splits.json``
-(``val`` by default: compare extractors there, never on test questions). ``none``: the un-tuned LM.
+hold one) and its clue count, overall and per dataset, on the labelling questions of one part of a training run's
+``splits.json`` (``val`` by default: compare extractors there, never on test questions). ``none``: the un-tuned LM.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from methods.compselect.probe_data import DEFAULT_DATA, train_examples
+from methods.compselect.probe_data import DEFAULT_DATA, dataset_of, train_examples
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -44,16 +44,25 @@ def main(argv: list[str] | None = None) -> dict:
     clues = [map_clues(o, x.sentences[: x.shown])[0] for o, x in zip(outs, inputs, strict=True)]
     flags = [cascade([p.text for p in e.passages], [c.text for c in cl], [], [], e.answers)
              for e, cl in zip(chosen, clues, strict=True)]
+    report = {"adapter": args.adapter, **_recall(flags, clues)}
+    datasets = [dataset_of(e.id) for e in chosen]
+    report["by_dataset"] = {
+        d: _recall([f for f, x in zip(flags, datasets, strict=True) if x == d],
+                   [c for c, x in zip(clues, datasets, strict=True) if x == d])
+        for d in dict.fromkeys(datasets)
+    }
+    print(json.dumps(report, indent=1))
+    return report
+
+
+def _recall(flags: list[dict], clues: list[list]) -> dict:
     eligible = [f for f in flags if f["eligible"]]
-    report = {
-        "adapter": args.adapter,
-        "questions": len(chosen),
+    return {
+        "questions": len(flags),
         "eligible": len(eligible),
         "recall1": round(100 * sum(f["recall1"] for f in eligible) / max(len(eligible), 1), 1),
         "clues": dict(sorted(Counter(len(c) for c in clues).items())),
     }
-    print(json.dumps(report, indent=1))
-    return report
 
 
 if __name__ == "__main__":

@@ -13,12 +13,22 @@ TRAIN_RANK = {"nq": "none", "triviaqa": "none", "hotpotqa": "bm25"}   # as conf/
 
 
 def train_examples(data: str, rank: dict[str, str] | None = None, top_k: int = 5) -> dict:
-    """Every train example of the three datasets, by id, ranked as in training."""
+    """Every train example of the three datasets, by id, ranked as in training (``dataset_of`` names each one's)."""
     from harness.data import DatasetSpec, load_dataset
 
     rank = rank or TRAIN_RANK
     examples = {}
     for name in DATASETS:
         path = Path(data) / name / "train.jsonl.gz"
-        examples.update({e.id: e for e in load_dataset(DatasetSpec(name, str(path), top_k, rank[name], None))})
+        for e in load_dataset(DatasetSpec(name, str(path), top_k, rank[name], None)):
+            examples[e.id] = e
+            _DATASET_OF[e.id] = name
     return examples
+
+
+_DATASET_OF: dict[str, str] = {}
+
+
+def dataset_of(example_id: str) -> str:
+    """The dataset a train example returned by ``train_examples`` came from."""
+    return _DATASET_OF[example_id]
