@@ -14,7 +14,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from methods.compselect.probe_data import DEFAULT_DATA, dataset_of, train_examples
+from methods.compselect.probe_data import DEFAULT_DATA, train_examples_by_dataset
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -35,7 +35,9 @@ def main(argv: list[str] | None = None) -> dict:
     args = ap.parse_args(argv)
     rank = dict(x.split("=") for x in args.rank.split(","))
     ids = json.loads(Path(args.splits).read_text())["labels"][args.part]
-    examples = train_examples(args.data, rank)
+    by_dataset = train_examples_by_dataset(args.data, rank)
+    examples = {i: e for exs in by_dataset.values() for i, e in exs.items()}
+    dataset_of = {i: d for d, exs in by_dataset.items() for i in exs}
     adapter = None if args.adapter == "none" else args.adapter
     lm = get_lm(args.lm, dtype=args.dtype, adapter=adapter)
     chosen = [examples[i] for i in ids]
@@ -45,7 +47,7 @@ def main(argv: list[str] | None = None) -> dict:
     flags = [cascade([p.text for p in e.passages], [c.text for c in cl], [], [], e.answers)
              for e, cl in zip(chosen, clues, strict=True)]
     report = {"adapter": args.adapter, **_recall(flags, clues)}
-    datasets = [dataset_of(e.id) for e in chosen]
+    datasets = [dataset_of[e.id] for e in chosen]
     report["by_dataset"] = {
         d: _recall([f for f, x in zip(flags, datasets, strict=True) if x == d],
                    [c for c, x in zip(clues, datasets, strict=True) if x == d])

@@ -12,23 +12,18 @@ DEFAULT_DATA = os.environ.get("RAG_HARNESS_DATA") or str(REPO_ROOT.parent / "sha
 TRAIN_RANK = {"nq": "none", "triviaqa": "none", "hotpotqa": "bm25"}   # as conf/train/compselect.yaml data.rank
 
 
-def train_examples(data: str, rank: dict[str, str] | None = None, top_k: int = 5) -> dict:
-    """Every train example of the three datasets, by id, ranked as in training (``dataset_of`` names each one's)."""
+def train_examples_by_dataset(data: str, rank: dict[str, str] | None = None, top_k: int = 5) -> dict[str, dict]:
+    """Every train example of the three datasets, by dataset and id, ranked as in training."""
     from harness.data import DatasetSpec, load_dataset
 
     rank = rank or TRAIN_RANK
-    examples = {}
-    for name in DATASETS:
-        path = Path(data) / name / "train.jsonl.gz"
-        for e in load_dataset(DatasetSpec(name, str(path), top_k, rank[name], None)):
-            examples[e.id] = e
-            _DATASET_OF[e.id] = name
-    return examples
+    return {
+        name: {e.id: e for e in load_dataset(DatasetSpec(name, str(Path(data) / name / "train.jsonl.gz"), top_k,
+                                                          rank[name], None))}
+        for name in DATASETS
+    }
 
 
-_DATASET_OF: dict[str, str] = {}
-
-
-def dataset_of(example_id: str) -> str:
-    """The dataset a train example returned by ``train_examples`` came from."""
-    return _DATASET_OF[example_id]
+def train_examples(data: str, rank: dict[str, str] | None = None, top_k: int = 5) -> dict:
+    """Every train example of the three datasets, by id, ranked as in training."""
+    return {i: e for exs in train_examples_by_dataset(data, rank, top_k).values() for i, e in exs.items()}
