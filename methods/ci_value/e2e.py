@@ -49,8 +49,9 @@ def binary_concrete(scores: torch.Tensor, temperature: float = 1.0, eps: float =
                     generator: torch.Generator | None = None) -> torch.Tensor:
     """Relaxed Bernoulli sample with probability ``(s + 1) / 2`` for tanh scores ``s``."""
     p = ((scores + 1) / 2).clamp(eps, 1 - eps)
-    u1 = torch.rand(p.shape, generator=generator).clamp(eps, 1 - eps)
-    u2 = torch.rand(p.shape, generator=generator).clamp(eps, 1 - eps)
+    # the noise is drawn on the CPU (one stream whatever device the scores are on) and moved to them
+    u1 = torch.rand(p.shape, generator=generator).clamp(eps, 1 - eps).to(p.device)
+    u2 = torch.rand(p.shape, generator=generator).clamp(eps, 1 - eps).to(p.device)
     g = -torch.log(-torch.log(u1)) + torch.log(-torch.log(u2))
     return torch.sigmoid((torch.log(p) - torch.log1p(-p) + g) / temperature)
 
@@ -90,14 +91,20 @@ class SoftMaskLM:
             unit_of += [-1] * (len(ids) - prompt_len)
         return Encoded(torch.tensor(ids), torch.tensor(unit_of), prompt_len, len(docs))
 
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
     def _forward(self, e: Encoded, gate: torch.Tensor, length: int) -> torch.Tensor:
-        ids = e.ids[:length]
-        unit_of = e.unit_of[:length]
-        per_token = torch.ones(length, dtype=gate.dtype)
+        dev = self.device
+        ids = e.ids[:length].to(dev)
+        unit_of = e.unit_of[:length].to(dev)
+        gate = gate.to(dev)
+        per_token = torch.ones(length, dtype=gate.dtype, device=dev)
         inside = unit_of >= 0
         if e.n_units:
             per_token = torch.where(inside, gate[unit_of.clamp(min=0)], per_token)
-        causal = torch.full((length, length), float("-inf")).triu(1)
+        causal = torch.full((length, length), float("-inf"), device=dev).triu(1)
         if self.gate == "attention":
             bias = torch.log(per_token.clamp(min=1e-6))
             mask = (causal + bias[None, :])[None, None]
@@ -109,7 +116,7 @@ class SoftMaskLM:
     def sufficiency(self, e: Encoded, gate: torch.Tensor) -> torch.Tensor:
         """Mean NLL per answer token with units gated by ``gate``."""
         logits = self._forward(e, gate, len(e.ids))
-        tgt = e.ids[e.prompt_len :]
+        tgt = e.ids[e.prompt_len :].to(logits.device)
         return F.cross_entropy(logits[e.prompt_len - 1 : -1].float(), tgt)
 
     def necessity(self, e: Encoded, gate: torch.Tensor) -> torch.Tensor:

@@ -98,28 +98,13 @@ def _feature_fn(encoder_ref: str, samples):
     return (lambda s: vecs[[index[(s.question, t)] for t in s.texts]]), enc.dim
 
 
-def _evaluate(head, held, feats) -> dict[str, Any]:
-    """Spearman of predictions vs oracle CI on held-back questions (pooled over units, and the mean per
-    question), with retrieval order as a label-free reference, and the sign agreement behind selection."""
-    from .fit import predict, spearman
-
-    preds = predict(head, held, feats)
-    flat_p = [v for p in preds for v in p]
-    flat_y = [v for s in held for v in s.values]
-    per_q = [spearman(p, s.values) for p, s in zip(preds, held, strict=True)]
-    per_q = [r for r in per_q if r is not None]
-    rank = [-i for s in held for i in range(len(s.texts))]  # earlier retrieved = higher
-    kept = sum(v > 0 for v in flat_p)
-    hits = sum((p > 0) == (y > 0) for p, y in zip(flat_p, flat_y, strict=True))
-    return {
-        "questions": len(held), "units": len(flat_y),
-        "spearman_pooled": spearman(flat_p, flat_y),
-        "spearman_per_question_mean": sum(per_q) / len(per_q) if per_q else None,
-        "spearman_retrieval_rank_pooled": spearman(rank, flat_y),
-        "positive_share_oracle": sum(y > 0 for y in flat_y) / max(len(flat_y), 1),
-        "positive_share_predicted": kept / max(len(flat_p), 1),
-        "sign_accuracy": hits / max(len(flat_y), 1),
-    }
+def _e2e_settings(cfg: DictConfig) -> dict[str, Any]:
+    """What a CSM-e2e run on another machine needs of the config (``e2e_file``)."""
+    c = OmegaConf.to_container(cfg, resolve=True)
+    return {"seed": int(cfg.seed), "select_epoch": cfg.select_epoch, "head": c["head"],
+            "e2e": {k: v for k, v in c["e2e"].items() if k not in ("export", "import_from", "eval_labels")},
+            "optim": {k: c["optim"][k] for k in ("weight_decay", "warmup")}, "encoder": cfg.encoder,
+            "granularity": cfg.granularity, "label_temperature": float(cfg.rebalance.label_temperature)}
 
 
 def run(cfg: DictConfig) -> dict[str, Any]:
@@ -127,6 +112,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
 
     from harness.data import DatasetSpec, load_dataset
 
+    from .fit import heldout_figures
     from .labels import LabelCache, label
     from .model import CSMHead, save_head
     from .rebalance import (
@@ -197,7 +183,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         metric = cfg.select_epoch  # the epoch kept: best on the held-back share (validation, from train)
 
         def validate(h):
-            return _evaluate(h, held, feats)[metric]
+            return heldout_figures(h, held, feats)[metric]
         history = train_st(head, train, feats, o.epochs, o.batch_size, o.lr, o.weight_decay, o.warmup, o.beta,
                            o.tau, int(cfg.seed), validate if held and metric else None)
         info["train_seconds"] = time.perf_counter() - t0
@@ -211,20 +197,44 @@ def run(cfg: DictConfig) -> dict[str, Any]:
                    for ex, ul in train_items]
         samples = [s for s in samples if s.texts]
         feats, dim = _feature_fn(cfg.encoder, samples + held)
-        head = CSMHead(dim, cfg.head.layers, cfg.head.heads, cfg.head.ffn_dim, cfg.head.dropout)
-        model, tokenizer = scorer.torch_model()
-        lm = SoftMaskLM(model, tokenizer, cfg.e2e.gate)
         e = cfg.e2e
-        t0 = time.perf_counter()
-        history = train_e2e(head, samples, feats, lm, e.epochs, e.batch_size, e.lr, cfg.optim.weight_decay,
-                            cfg.optim.warmup, e.lambda_nec, e.temperature, e.max_steps, int(cfg.seed))
-        info["train_seconds"] = time.perf_counter() - t0
-        info["seconds_per_step"] = info["train_seconds"] / max(len(history), 1)
-        info["steps_for_paper_schedule"] = e.epochs * -(-len(samples) // e.batch_size)
+        model, tokenizer = scorer.torch_model()
+        lm = SoftMaskLM(model, tokenizer, e.gate)
+        if e.get("export") or e.get("import_from"):
+            from . import e2e_file
+
+            doc = e2e_file.build_export(str(cfg.generator.model), _e2e_settings(cfg), samples, held, feats, lm)
+            if e.get("export"):
+                path = e2e_file.write_export(Path(e.export) / f"{Path(cfg.out_dir).name}.pt", doc)
+                log.info("wrote %s (%d training lists, %d held back); train it with `python -m "
+                         "methods.ci_value.e2e_file %s OUT --base ...`, then e2e.import_from=OUT", path,
+                         len(doc["train"]), len(doc["held"]), path)
+                return {"export": str(path), "digest": doc["digest"]}
+            report = e2e_file.read_report(Path(e.import_from), doc)
+            from .model import load_head
+
+            head, _ = load_head(e.import_from)
+            history = report["history"]
+            info.update({k: report[k] for k in ("train_seconds", "seconds_per_step", "steps_for_schedule",
+                                                "device", "time_budget_s")},
+                        imported_from=os.path.relpath(Path(e.import_from).resolve(), REPO_ROOT),
+                        heldout_where_trained=report["heldout"])
+        else:
+            torch.manual_seed(int(cfg.seed))
+            head = CSMHead(dim, cfg.head.layers, cfg.head.heads, cfg.head.ffn_dim, cfg.head.dropout)
+            metric = cfg.select_epoch
+            t0 = time.perf_counter()
+            history = train_e2e(head, samples, feats, lm, e.epochs, e.batch_size, e.lr, cfg.optim.weight_decay,
+                                cfg.optim.warmup, e.lambda_nec, e.temperature, e.max_steps, int(cfg.seed),
+                                validate=(lambda h: heldout_figures(h, held, feats)[metric]) if held and metric
+                                else None)
+            info["train_seconds"] = time.perf_counter() - t0
+            info["seconds_per_step"] = info["train_seconds"] / max(len(history), 1)
+            info["steps_for_schedule"] = e.epochs * -(-len(samples) // e.batch_size)
         data_keys = sorted(hashlib.sha256(json.dumps([s.question, s.texts, s.answers]).encode()).hexdigest()
                            for s in samples)
 
-    figures = _evaluate(head, held, feats) if held else {}
+    figures = heldout_figures(head, held, feats) if held else {}
     data_hash = hashlib.sha256("\n".join(data_keys).encode()).hexdigest()
     out = Path(cfg.out_dir)
     extra = {"encoder": cfg.encoder, "granularity": cfg.granularity, "mode": cfg.mode,
@@ -249,6 +259,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
 
 def _evaluate_only(cfg: DictConfig, held, held_rows, t_start: float) -> dict[str, Any]:
     """``mode: eval``: the figures of an existing head on this dataset's held-back questions."""
+    from .fit import heldout_figures
     from .model import load_head
 
     if not cfg.get("head_dir"):
@@ -265,7 +276,7 @@ def _evaluate_only(cfg: DictConfig, held, held_rows, t_start: float) -> dict[str
         "dataset": cfg.dataset.name, "split": cfg.dataset.split, "limit": cfg.limit, "holdout": cfg.holdout,
         "label_cache": os.path.relpath(cfg.label_cache, REPO_ROOT),
         "data_sha256": hashlib.sha256("\n".join(sorted(r["key"] for r in held_rows)).encode()).hexdigest(),
-        "heldout": _evaluate(head, held, feats) if held else {},
+        "heldout": heldout_figures(head, held, feats) if held else {},
         "wall_seconds": time.perf_counter() - t_start,
         "command": "python -m methods.ci_value.train " + " ".join(sys.argv[1:]),
     }
@@ -282,6 +293,9 @@ def main(cfg: DictConfig) -> None:
     m = run(cfg)
     if cfg.mode == "eval":
         print(json.dumps({"out": cfg.eval_out, "heldout": m["heldout"]}, indent=1))
+        return
+    if "export" in m:
+        print(json.dumps(m, indent=1))
         return
     print(json.dumps({"out": cfg.out_dir, "data": m["data"], "heldout": m["heldout"]}, indent=1))
 
