@@ -312,3 +312,15 @@ def test_extractor_probe_recall_counts_only_eligible_questions():
              {"eligible": False, "recall1": None}]
     assert _recall(flags, [["a", "b"], ["c"], []]) == {
         "questions": 3, "eligible": 2, "recall1": 50.0, "clues": {0: 1, 1: 1, 2: 1}}
+
+
+def test_carried_stage_reports_are_marked_stale_when_their_weights_changed():
+    """A stage not re-run keeps its earlier report, unless its adapter was replaced since (copied in by hand)."""
+    from methods.compselect.train import carried_reports
+
+    prev = {"artifacts": {"reranker": "aaa", "truncator": "bbb"}, "seed": 42,
+            "reranker": {"train": {"steps": 56}}, "truncator": {"train": {"steps": 129}}, "labels_only": {"x": 1}}
+    got = carried_reports(prev, {"reranker": "ccc", "truncator": "bbb"})
+    assert set(got) == {"reranker", "truncator"}
+    assert "stale" in got["reranker"] and got["reranker"]["train"] == {"steps": 56}
+    assert "stale" not in got["truncator"] and got["truncator"] == prev["truncator"]

@@ -4,7 +4,7 @@
   as a raw, case-sensitive substring: ``match="raw"``), plus for ``epsilon > 0`` every sentence within cosine
   *distance* ``epsilon`` of one of them (KNN expansion; the code compares 1 - cos <= epsilon), ordered by
   cosine similarity to the question as in the code.
-- Target padding (a departure for weak extractors: ``extractor.pad_to``, 3 in the embedded training config, null
+- Target padding (a departure for weak extractors: ``extractor.pad_to``, 5 in the embedded training config, null
   in the paper one): a target shorter than
   ``pad_to`` sentences is followed by the other shown sentences most similar to the question (MiniLM cosine)
   until it has ``pad_to``. With MiniLM the paper's KNN expansion adds nothing at any of its epsilons (68% of

@@ -311,6 +311,22 @@ def previous_reports(out: Path) -> dict[str, Any]:
     return {k: v for k, v in previous_manifest(out).items() if isinstance(v, dict) and "train" in v}
 
 
+def carried_reports(prev: dict[str, Any], digests: dict[str, str | None]) -> dict[str, Any]:
+    """The stage reports of a previous manifest ``prev``, each marked ``stale`` when its adapter's digest now
+    (``digests``) is not the one that manifest recorded: weights replaced outside this command (copied in, say)
+    are not what the report describes, and the manifest must not say they are."""
+    before = prev.get("artifacts", {})
+    out = {}
+    for stage, report in prev.items():
+        if not (isinstance(report, dict) and "train" in report):
+            continue
+        if before.get(stage) != digests.get(stage):
+            log.warning("%s: its weights changed since its report; run stages=[%s] again", stage, stage)
+            report = {**report, "stale": "the weights in this folder are not the ones this report describes"}
+        out[stage] = report
+    return out
+
+
 def earlier_runs(out: Path) -> list[dict[str, Any]]:
     """The run records (time, configuration, code, machine) of the trainings that wrote ``out`` before, oldest
     first, so that re-training one stage does not erase how the others were made."""
@@ -619,8 +635,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             "hardware": provenance.hardware(),
         }
     )
-    for stage, report in previous_reports(out).items():  # keep the reports of stages not re-run
-        if stage not in manifest:
+    for stage, report in carried_reports(previous_manifest(out), manifest["artifacts"]).items():
+        if stage not in manifest:  # keep the reports of stages not re-run
             manifest[stage] = report
     manifest["earlier_runs"] = earlier_runs(out)
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1, ensure_ascii=False, default=str))
