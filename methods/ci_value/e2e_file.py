@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -149,7 +150,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         raise SystemExit(f"{args.export}: not a CSM-e2e export (kind={doc.get('kind')!r})")
     model = load_base(args.base, args.device)
     head, report = train_from_doc(doc, model, args.max_steps, args.time_budget_s)
-    report["argv"] = [str(a) for a in (argv if argv is not None else [])] or None
+    report["argv"] = [str(a) for a in (argv if argv is not None else sys.argv[1:])]
     args.out.mkdir(parents=True, exist_ok=True)
     save_head(head, args.out, head_extra(doc["settings"]))
     (args.out / "report.json").write_text(json.dumps(report, indent=1) + "\n")
