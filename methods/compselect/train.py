@@ -305,10 +305,15 @@ def previous_manifest(out: Path) -> dict[str, Any]:
     return json.loads(old.read_text()) if old.is_file() else {}
 
 
+def stage_reports(manifest: dict[str, Any]) -> dict[str, Any]:
+    """The stage reports of ``manifest``: every entry with a ``train`` report, which includes a truncator saved
+    under another ``truncator.name``."""
+    return {k: v for k, v in manifest.items() if isinstance(v, dict) and "train" in v}
+
+
 def previous_reports(out: Path) -> dict[str, Any]:
-    """The stage reports of the manifest already in ``out`` (empty when there is none): every entry with a
-    ``train`` report, which includes a truncator saved under another ``truncator.name``."""
-    return {k: v for k, v in previous_manifest(out).items() if isinstance(v, dict) and "train" in v}
+    """The stage reports of the manifest already in ``out`` (empty when there is none)."""
+    return stage_reports(previous_manifest(out))
 
 
 def carried_reports(prev: dict[str, Any], digests: dict[str, str | None]) -> dict[str, Any]:
@@ -317,9 +322,7 @@ def carried_reports(prev: dict[str, Any], digests: dict[str, str | None]) -> dic
     are not what the report describes, and the manifest must not say they are."""
     before = prev.get("artifacts", {})
     out = {}
-    for stage, report in prev.items():
-        if not (isinstance(report, dict) and "train" in report):
-            continue
+    for stage, report in stage_reports(prev).items():
         if before.get(stage) != digests.get(stage):
             log.warning("%s: its weights changed since its report; run stages=[%s] again", stage, stage)
             report = {**report, "stale": "the weights in this folder are not the ones this report describes"}
