@@ -5,9 +5,9 @@ for joblib's ``loky`` workers, harmless elsewhere:
 
 - loky makes ``loky`` the process's start method, and a process that vLLM spawns (its engine core) re-reads the
   start method by name, where only the standard ones exist: the job switches back to ``spawn``;
-- a multiprocessing child joins its own children at exit before any ``atexit`` hook runs, so an engine left
-  open would keep the worker, and the launcher waiting on it, alive forever: the worker closes its language
-  models first.
+- a multiprocessing child joins its own children at exit and runs no ``atexit`` hook (it ends with
+  ``os._exit``; the model layer's at-exit release never runs there), so an engine left open would keep the
+  worker, and the launcher waiting on it, alive forever: the worker closes its language models first.
 """
 
 from __future__ import annotations

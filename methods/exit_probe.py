@@ -97,5 +97,8 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
+    from harness.lm import release
+
     main()
+    release()  # engines stopped and their shared memory removed (os._exit skips the at-exit hook)
     os._exit(0)  # the vLLM engine's shutdown can hang a script's exit

@@ -71,17 +71,19 @@ def _hydra_files(folder: Path) -> dict[str, object]:
 
 
 def test_api_and_cli_share_the_run_folder_and_resume_each_other(tmp_path):
+    # the folder's sharing is the runner's, not the engine's: the transformers generator starts in seconds
+    fast = ["generator=smollm2_transformers"]
     common = {"latency": {"samples": 0}, "results_dir": str(tmp_path), "progress": False}
     cli_args = ["latency.samples=0", f"results_dir={tmp_path}", "progress=false"]
 
-    first = harness.evaluate("bm25", "nq", limit=2, **common)
-    folder = tmp_path / "embedded" / "smollm2-135m-instruct-vllm" / "nq" / "bm25"
+    first = harness.evaluate("bm25", "nq", limit=2, overrides=fast, **common)
+    folder = tmp_path / "embedded" / "smollm2-135m-instruct" / "nq" / "bm25"
     assert first.folder == folder
     assert first.summary["run"]["examples_computed"] == 2 and len(first.records) == 2
     assert {"config.yaml", "overrides.yaml", "hydra.yaml"} <= {p.name for p in (folder / ".hydra").iterdir()}
     written = _lines(folder / "predictions.jsonl")
 
-    cli = [sys.executable, "-m", "harness", "method=bm25", "dataset=nq", "limit=3", *cli_args]
+    cli = [sys.executable, "-m", "harness", "method=bm25", "dataset=nq", "limit=3", *fast, *cli_args]
     r = subprocess.run(cli, cwd=REPO, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.strip().endswith(f"records: {folder}")
@@ -90,7 +92,8 @@ def test_api_and_cli_share_the_run_folder_and_resume_each_other(tmp_path):
     assert len(extended) == 3 and extended[:2] == written
     cli_hydra = _hydra_files(folder)
 
-    again = harness.evaluate("bm25", "nq", limit=3, **common)  # resumes the command line's run: nothing to do
+    # resumes the command line's run: nothing to do
+    again = harness.evaluate("bm25", "nq", limit=3, overrides=fast, **common)
     assert again.folder == folder and again.summary["run"]["examples_computed"] == 0
     assert _lines(folder / "predictions.jsonl") == extended
     assert [p.name for p in tmp_path.rglob("summary.json")] == ["summary.json"]  # one run folder in all

@@ -49,6 +49,18 @@ def test_pair_features_and_head_shapes_with_padding(pairs, nq5):
     assert sum(p.numel() for p in head.parameters()) < 2_500_000  # commits as a few MB in fp16
 
 
+def test_pair_features_come_back_in_input_order_whatever_the_batching(pairs, nq5):
+    """Pairs are batched longest first; each row is still its own pair's features, as encoded alone."""
+    qs = [e.question for e in nq5 for _ in e.passages]
+    ts = [p.text[: 40 + 37 * i] for e in nq5 for i, p in enumerate(e.passages)]  # lengths that sorting reorders
+    small = PairEncoder(ENCODER, batch_size=4)
+    feats = small.encode(qs, ts)
+    perm = list(reversed(range(len(ts))))
+    assert torch.allclose(small.encode([qs[i] for i in perm], [ts[i] for i in perm]), feats[perm], atol=1e-5)
+    for i in (0, 7, len(ts) - 1):
+        assert torch.allclose(small.encode([qs[i]], [ts[i]])[0], feats[i], atol=1e-4)
+
+
 def _sample(vals, q="q", origin="label"):
     return Sample(q, ["a"], [f"{q}-{i}" for i in range(len(vals))], list(vals), list(vals), origin=origin)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
@@ -24,11 +25,29 @@ def method_config(name: str):
 
 @pytest.fixture(scope="module", autouse=True)
 def release_adapter_engines():
-    """Each merged adapter is a vLLM engine of its own (weights + KV cache): stop them after this module."""
+    """Each merged adapter is a vLLM engine of its own (weights + KV cache): stop them after this module; their
+    processes end and their shared-memory segments go with them (``VLLMEngine.close``)."""
     yield
-    from harness.lm import release
+    import psutil
 
+    from harness.lm import live, release
+
+    adapters = [lm for lm in live() if lm.info["adapter"] is not None and lm.started]
+    held = [lm.engine._shared_memory() for lm in adapters if lm.engine.name == "vllm"]
     assert release(lambda lm: lm.info["adapter"] is not None) >= 2  # extractor and truncator(s)
+    from harness.lm.vllm_engine import SEGMENTS
+
+    for names, pids in held:
+        assert [n for n in names if n.startswith(tuple(SEGMENTS))] and pids
+        assert not [n for n in names if n.startswith(tuple(SEGMENTS)) and Path(f"/dev/shm/{n}").exists()]
+        procs = []
+        for pid in pids:
+            try:
+                procs.append(psutil.Process(pid))
+            except psutil.NoSuchProcess:
+                continue
+        _, alive = psutil.wait_procs(procs, timeout=10)  # killed: gone within moments
+        assert not [p for p in alive if p.status() != psutil.STATUS_ZOMBIE]
 
 
 @pytest.fixture(scope="module")

@@ -49,7 +49,7 @@ def test_training_pipeline_on_a_small_slice_and_its_rerun_replays_every_call(tmp
         assert ext["val_history"] and ext["selected_step"] in [s for s, _ in ext["val_history"]]
         assert not list(out.glob(".*.checkpoint.pt"))  # completed stages leave no checkpoint
         calls = m["lm_calls"]
-        assert calls["extractor"] == 6 and calls["generator"] > 0
+        assert calls["extractor"] == 6 and calls["generator"] > 0 and calls["extractor_engine_started"]
         # only repeats are replayed in a first run (a truncation prefix D_1 is the clue the reranker labels asked)
         assert calls["replayed"] < calls["generator"]
         rer = [json.loads(x) for x in (out / "labels" / "reranker_labels.jsonl").read_text().splitlines()]
@@ -61,6 +61,7 @@ def test_training_pipeline_on_a_small_slice_and_its_rerun_replays_every_call(tmp
         OmegaConf.update(again, "data.labels", {"nq": 6}, merge=False)
         m2 = train.run(again)
         assert m2["lm_calls"]["replayed"] == m2["lm_calls"]["generator"] + m2["lm_calls"]["extractor"]
+        assert not m2["lm_calls"]["extractor_engine_started"]  # every extractor call replayed: no engine started
         assert m2["extractor"] == m["extractor"] and m2["reranker"] == m["reranker"]  # kept, not re-run
         # the extractor trained elsewhere: export its examples, train them with sft_file, import the adapter
         from harness.lm import sft_file

@@ -25,6 +25,9 @@ from harness.validate import ConfigError
 from tests.conftest import REPO
 
 SMALL = ["dataset=nq", "latency.samples=0", "progress=false"]
+# the launcher tests are about processes, not the engine: the transformers generator starts in seconds where a
+# vLLM engine takes ~28 s (the joblib test keeps vLLM: two engines must split the cores, not both bind them)
+FAST = [*SMALL, "generator=smollm2_transformers"]
 METRICS = ("n", "subem", "em", "f1", "cr", "cr_mean", "original_tokens", "compressed_tokens", "kept_nothing",
            "cr_nonempty", "diagnostics")
 PER_EXAMPLE = ("id", "prediction", "context", "units", "original_tokens", "compressed_tokens", "subem", "em", "f1")
@@ -120,13 +123,14 @@ def test_two_shards_merge_into_the_unsharded_runs_records_and_summary(tmp_path):
 
 
 def test_a_second_process_on_a_busy_run_folder_fails_at_once(tmp_path):
-    args = ["method=naive", *SMALL, "limit=4", f"results_dir={tmp_path}"]
+    # the first run must outlast the second's start-up (~5-10 s): 6 full-context answers one at a time (~15 s)
+    args = ["method=full", *FAST, "limit=6", "batch_size=1", f"results_dir={tmp_path}"]
     environ = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
     first = subprocess.Popen(
         [sys.executable, "-m", "harness", *args], cwd=REPO, env=environ, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True,
     )
-    lock = tmp_path / "embedded" / "smollm2-135m-instruct-vllm" / "nq" / "naive" / ".run.lock"
+    lock = tmp_path / "embedded" / "smollm2-135m-instruct" / "nq" / "full" / ".run.lock"
     deadline = time.time() + 120
     while time.time() < deadline and not (lock.is_file() and lock.read_text()):
         time.sleep(0.2)
@@ -142,7 +146,7 @@ def test_a_second_process_on_a_busy_run_folder_fails_at_once(tmp_path):
         _, err = first.communicate(timeout=600)
     assert first.returncode == 0, err[-2000:]
     ids = [r["id"] for r in read_jsonl(lock.parent / "predictions.jsonl")]
-    assert len(ids) == len(set(ids)) == 4
+    assert len(ids) == len(set(ids)) == 6
     with run_lock(lock.parent):  # released when the first run ended
         assert lock.read_text().startswith(f"pid {os.getpid()} ")
 
@@ -162,7 +166,7 @@ def test_joblib_launcher_runs_the_grid_in_two_worker_processes(tmp_path):
 def test_ray_launcher_runs_the_grid_on_a_local_cluster(tmp_path):
     ray_init = "+hydra.launcher.ray.init."
     r = harness("-m", "hydra/launcher=ray", f"{ray_init}_node_ip_address=127.0.0.1",
-                f"{ray_init}include_dashboard=false", f"{ray_init}num_cpus=2", "method=naive,bm25", *SMALL,
+                f"{ray_init}include_dashboard=false", f"{ray_init}num_cpus=2", "method=naive,bm25", *FAST,
                 "limit=2", f"results_dir={tmp_path}")
     assert r.returncode == 0, r.stderr[-3000:]
     assert "Ray Launcher is launching 2 jobs" in r.stdout + r.stderr
@@ -174,7 +178,7 @@ def test_ray_launcher_runs_the_grid_on_a_local_cluster(tmp_path):
 
 
 def test_submitit_local_launcher_runs_a_job_in_its_own_process(tmp_path):
-    r = harness("-m", "hydra/launcher=submitit_local", "method=naive", *SMALL, "limit=2", f"results_dir={tmp_path}")
+    r = harness("-m", "hydra/launcher=submitit_local", "method=naive", *FAST, "limit=2", f"results_dir={tmp_path}")
     assert r.returncode == 0, r.stderr[-3000:]
     [s] = summaries(tmp_path).values()
     assert s["n"] == 2

@@ -191,6 +191,29 @@ def test_a_replayed_call_carries_the_seconds_it_was_measured_at(tmp_path, hf_lm,
     assert not any(c.replayed for c in other)
 
 
+def test_a_lazy_engine_whose_calls_all_replay_never_starts(tmp_path, vllm_lm, prompts):
+    """``get_lm(lazy=True)``: the tokenizer at once (the same ids as the engine's own), the engine only when a
+    call misses the cache; its calls share the eager LM's cache keys."""
+    from harness.lm import _build, cache
+
+    # the same settings as the shared engine (whichever test started it, with whatever context length)
+    max_len = vllm_lm.engine.settings["max_model_len"]
+    lazy = _build(LM, "vllm", "float32", None, "cpu", None, max_len, 8, False, {}, lazy=True)
+    assert not lazy.started and lazy.namespace == vllm_lm.namespace
+    assert lazy.info["engine_settings"] == vllm_lm.engine.settings  # what a started engine reports
+    assert [lazy.encode_chat(p) for p in prompts] == [vllm_lm.encode_chat(p) for p in prompts]
+    cache.configure(True, str(tmp_path / "c.sqlite"))
+    try:
+        first = vllm_lm.generate(prompts[:2], 8)
+        again = lazy.generate(prompts[:2], 8)
+    finally:
+        cache.configure(None, None)
+        if lazy.started:  # not in the process's registry: nothing else would stop it
+            lazy.engine.close()
+    assert all(c.replayed for c in again) and [c.text for c in again] == [c.text for c in first]
+    assert not lazy.started
+
+
 def test_dtype_auto_picks_bf16_only_where_it_is_native(monkeypatch):
     from harness.lm import hardware
 

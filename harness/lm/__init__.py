@@ -16,6 +16,7 @@ picks bf16 only where the hardware runs it natively (``harness.lm.hardware``).
 
 from __future__ import annotations
 
+import atexit
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -41,16 +42,35 @@ class Completion:
 
 
 class LM:
-    """A tokenizer plus an engine plus the call cache; see the module docstring."""
+    """A tokenizer plus an engine plus the call cache; see the module docstring. ``engine`` may be None with a
+    ``start`` function that builds it when a call first misses the cache (``get_lm(lazy=True)``)."""
 
-    def __init__(self, ref: str, engine: Any, tokenizer: Any, info: dict[str, Any]) -> None:
-        self.ref, self.engine, self.tokenizer, self.info = ref, engine, tokenizer, info
+    def __init__(
+        self, ref: str, engine: Any, tokenizer: Any, info: dict[str, Any], start: Callable[[], Any] | None = None
+    ) -> None:
+        self.ref, self._engine, self._start, self.tokenizer, self.info = ref, engine, start, tokenizer, info
         # hub ids have no local digest: the id (and its revision, if pinned in it) keys their calls instead
         weights = info["weights_sha256"] or f"ref:{ref}"
         adapter = info.get("adapter_sha256") or (f"ref:{info['adapter']}" if info.get("adapter") else None)
-        self.namespace = f"{weights}|{adapter}|{engine.name}|{info['dtype']}"
+        self.namespace = f"{weights}|{adapter}|{info['engine']}|{info['dtype']}"
         eos = tokenizer.eos_token_id
         self.stop_ids = [eos] if eos is not None else []
+
+    @property
+    def engine(self) -> Any:
+        """The engine, started here if it was left for the first computed call."""
+        self._ready()
+        return self._engine
+
+    @property
+    def started(self) -> bool:
+        return self._engine is not None
+
+    def _ready(self) -> None:
+        """Start a lazy engine (``cached_calls`` does so before it times a computed call)."""
+        if self._engine is None:
+            assert self._start is not None
+            self._engine = self._start()
 
     # ------------------------------------------------------------------ tokens
     def encode_chat(self, messages: Messages, **template_kwargs: Any) -> list[int]:
@@ -89,6 +109,7 @@ class LM:
             ids,
             settings,
             lambda ps: [list(x) for x in self.engine.generate(ps, max_new_tokens, stops)],
+            prepare=self._ready,
         )
         return [
             Completion(self.decode(r.value[0]).strip(), list(r.value[0]), bool(r.value[1]), r.seconds, r.replayed)
@@ -104,6 +125,7 @@ class LM:
             ids,
             {"tokens": list(token_ids)},
             lambda ps: self.engine.token_logprobs(ps, list(token_ids)),
+            prepare=self._ready,
         )
 
     def prompt_logprobs(self, prompts: Sequence[list[int]], start: Sequence[int] | int = 0) -> list[Cached]:
@@ -116,6 +138,7 @@ class LM:
             items,
             {},
             lambda its: self.engine.prompt_logprobs([i[0] for i in its], [i[1] for i in its]),
+            prepare=self._ready,
         )
 
     def answer_ids(self, answer: str) -> list[int]:
@@ -144,7 +167,8 @@ def forget_prefixes() -> None:
     """Empty every live engine's prefix cache, so that the next call computes its prompt from scratch (batch-1
     latency of an unseen question); the call cache is another switch (``cache.bypassed``)."""
     for lm in live():
-        lm.engine.reset_prefix_cache()
+        if lm.started:
+            lm.engine.reset_prefix_cache()
 
 
 def release(which: Callable[[LM], bool] = lambda lm: True) -> int:
@@ -152,8 +176,20 @@ def release(which: Callable[[LM], bool] = lambda lm: True) -> int:
     needed: each vLLM engine holds its weights and KV cache); returns how many were closed."""
     gone = resources.drop(lambda key, obj: not (key[0] == "lm" and isinstance(obj, LM) and which(obj)))
     for lm in gone:
-        lm.engine.close()
+        if lm.started:
+            lm.engine.close()
     return len(gone)
+
+
+_EXIT_HOOK: list[bool] = []
+
+
+def _release_at_exit() -> None:
+    """Close the process's LMs when it exits (once registered): an engine left to vLLM's own exit hook waits its
+    5-s grace (``VLLMEngine.close``). Registered after the engine is built, so it runs before vLLM's hooks."""
+    if not _EXIT_HOOK:
+        atexit.register(release)
+        _EXIT_HOOK.append(True)
 
 
 def _build(
@@ -167,6 +203,7 @@ def _build(
     batch_size: int,
     trust_remote_code: bool,
     engine_kwargs: dict[str, Any],
+    lazy: bool,
 ) -> LM:
     from harness.lm.loading import adapter_digest, load_hf, merged_folder, weights_digest
     from harness.models import resolve
@@ -181,12 +218,22 @@ def _build(
         "adapter_sha256": adapter_digest(resolve(adapter).path) if adapter else None,
     }
     if engine == "vllm":
-        from harness.lm.vllm_engine import VLLMEngine
+        from harness.lm.vllm_engine import VLLMEngine, engine_settings
 
-        eng = VLLMEngine(
-            path, dtype, max_model_len, threads, trust_remote_code=trust_remote_code, engine_kwargs=engine_kwargs
-        )
-        info["engine_settings"] = eng.settings
+        def start() -> VLLMEngine:
+            eng = VLLMEngine(
+                path, dtype, max_model_len, threads, trust_remote_code=trust_remote_code, engine_kwargs=engine_kwargs
+            )
+            info["engine_settings"] = eng.settings  # what the engine was started with
+            _release_at_exit()
+            return eng
+
+        info["engine_settings"] = engine_settings(dtype, max_model_len, threads, engine_kwargs)[0]  # until then
+        if lazy:
+            from transformers import AutoTokenizer
+
+            return LM(ref, None, AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code), info, start)
+        eng = start()
         tok = eng.llm.get_tokenizer()
     else:
         import torch
@@ -211,15 +258,19 @@ def get_lm(
     batch_size: int = 8,
     trust_remote_code: bool = False,
     engine_kwargs: dict[str, Any] | None = None,
+    lazy: bool = False,
 ) -> LM:
-    """The process-wide ``LM`` of (weights, adapter, engine, dtype); built on first use."""
+    """The process-wide ``LM`` of (weights, adapter, engine, dtype); built on first use. ``lazy`` (vLLM): the
+    tokenizer now, the engine (~28 s to start on 2 cores) only when a call first misses the call cache, so a
+    re-run whose calls all replay never starts it (training re-runs; not for timed runs, whose load belongs
+    before the first batch)."""
     if engine not in ENGINES:
         raise ValueError(f"engine={engine!r}; valid: {', '.join(ENGINES)}")
     dtype = hardware.pick_dtype(dtype)
     if device == "auto":
         device = "cuda" if hardware.has_cuda() else "cpu"
     key = ("lm", ref, adapter, engine, dtype, device)
-    return resources.shared(
+    lm = resources.shared(
         key,
         lambda: _build(
             ref,
@@ -232,5 +283,9 @@ def get_lm(
             batch_size,
             trust_remote_code,
             dict(engine_kwargs or {}),
+            lazy,
         ),
     )
+    if not lazy:  # a lazy LM of the same key, asked for eagerly now: its engine starts here, not in a timed call
+        lm._ready()
+    return lm

@@ -121,13 +121,17 @@ def cached_calls(
     settings: dict[str, Any],
     compute: Callable[[list[Any]], list[Any]],
     chunk: int = 64,
+    prepare: Callable[[], Any] | None = None,
 ) -> list[Cached]:
     """Values of ``compute`` over ``prompts``: cached ones read, missing ones computed ``chunk`` at a time and
     stored as they come (an interrupted run keeps what it computed). A chunk's seconds are split evenly over
-    its calls."""
+    its calls. ``prepare`` runs once before the first computed call, outside the timing (e.g. starting an
+    engine that a run whose calls all replay never needs)."""
     if not prompts:
         return []
     if not enabled():
+        if prepare is not None:
+            prepare()
         t0 = time.perf_counter()
         values = compute(list(prompts))
         each = (time.perf_counter() - t0) / len(prompts)
@@ -144,6 +148,8 @@ def cached_calls(
         found.update({k: Cached(json.loads(v), s, True) for k, v, s in rows})
     first = dict(zip(keys, prompts, strict=True))
     missing = [k for k in unique if k not in found]
+    if missing and prepare is not None:
+        prepare()
     for start in range(0, len(missing), max(chunk, 1)):
         part = missing[start : start + chunk]
         t0 = time.perf_counter()

@@ -28,6 +28,7 @@ from harness.lm import hardware
 
 SHORT_TAIL = 16  # tails of at most this many tokens are scored token by token (see the module docstring)
 CPU_BLOCK_SIZE = 32
+CPU_SHUTDOWN_GRACE_S = 0.5
 
 
 def cpu_environment(threads: int | None) -> dict[str, str]:
@@ -47,6 +48,28 @@ def cpu_environment(threads: int | None) -> dict[str, str]:
     return env
 
 
+# what a killed engine leaves in /dev/shm, and how multiprocessing's resource tracker registered each kind:
+# shared_memory blocks (vLLM's message queues), the executor's spawn-context lock, a loky semaphore
+SEGMENTS = {"psm_": ("", "shared_memory"), "sem.mp-": ("sem.", "semaphore"), "sem.loky-": ("sem.", "semaphore")}
+
+
+def _remove_segments(names: set[str]) -> None:
+    """Unlink a killed engine's segments (the kinds in ``SEGMENTS`` only) and drop them from multiprocessing's
+    resource tracker, which would otherwise remove them, with a warning, only when this process exits."""
+    from multiprocessing import resource_tracker
+
+    for name in names:
+        kind = next((k for k in SEGMENTS if name.startswith(k)), None)
+        if kind is None:
+            continue
+        try:
+            os.unlink(f"/dev/shm/{name}")
+        except FileNotFoundError:  # removed by its owner after all
+            continue
+        cut, rtype = SEGMENTS[kind]
+        resource_tracker.unregister(f"/{name[len(cut):]}", rtype)
+
+
 @contextmanager
 def scoped_environment(env: dict[str, str]):
     """``env`` set in ``os.environ`` inside the block, the previous values restored after."""
@@ -60,6 +83,22 @@ def scoped_environment(env: dict[str, str]):
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+def engine_settings(
+    dtype: str, max_model_len: int | None, threads: int | None, engine_kwargs: dict[str, Any] | None
+) -> tuple[dict[str, Any], dict[str, str], dict[str, Any]]:
+    """(the settings a run records, the environment of the engine's processes, ``LLM``'s keyword arguments)."""
+    settings: dict[str, Any] = {"dtype": dtype, "max_model_len": max_model_len}
+    env = {} if hardware.has_cuda() else cpu_environment(threads)
+    if env:
+        settings["cpu"] = env
+    env.setdefault("VLLM_LOGGING_LEVEL", os.environ.get("VLLM_LOGGING_LEVEL", "ERROR"))  # INFO shows the noise
+    kwargs = {"enforce_eager": not hardware.has_cuda(), "enable_prefix_caching": True, **(engine_kwargs or {})}
+    if not hardware.has_cuda():
+        kwargs.setdefault("block_size", CPU_BLOCK_SIZE)
+    settings["engine_kwargs"] = kwargs
+    return settings, env, kwargs
 
 
 class VLLMEngine:
@@ -77,15 +116,7 @@ class VLLMEngine:
         trust_remote_code: bool = False,
         engine_kwargs: dict[str, Any] | None = None,
     ) -> None:
-        self.settings: dict[str, Any] = {"dtype": dtype, "max_model_len": max_model_len}
-        env = {} if hardware.has_cuda() else cpu_environment(threads)
-        if env:
-            self.settings["cpu"] = env
-        env.setdefault("VLLM_LOGGING_LEVEL", os.environ.get("VLLM_LOGGING_LEVEL", "ERROR"))  # INFO shows the noise
-        kwargs = {"enforce_eager": not hardware.has_cuda(), "enable_prefix_caching": True, **(engine_kwargs or {})}
-        if not hardware.has_cuda():
-            kwargs.setdefault("block_size", CPU_BLOCK_SIZE)
-        self.settings["engine_kwargs"] = kwargs
+        self.settings, env, kwargs = engine_settings(dtype, max_model_len, threads, engine_kwargs)
         with scoped_environment(env):  # the engine's processes inherit it; this process keeps its own
             from vllm import LLM
 
@@ -93,8 +124,46 @@ class VLLMEngine:
                            trust_remote_code=trust_remote_code, **kwargs)
 
     def close(self) -> None:
-        """Stop the engine's processes (their memory returns to the system)."""
-        self.llm.llm_engine.engine_core.shutdown()
+        """Stop the engine's processes (their memory returns to the system). On a CPU the engine core is killed
+        after ``CPU_SHUTDOWN_GRACE_S``, and the shared-memory segments its processes mapped are removed here
+        (``SEGMENTS``): its orderly exit spends ~5 s in two internal waits (worker exit, then its own; measured
+        with vLLM's debug log) and frees nothing the kill does not. On a GPU vLLM's own grace lets it free device
+        memory."""
+        if hardware.has_cuda():
+            self.llm.llm_engine.engine_core.shutdown()
+            return
+        names, pids = self._shared_memory()
+        self.llm.llm_engine.engine_core.shutdown(timeout=CPU_SHUTDOWN_GRACE_S)
+        shm = os.listdir("/dev/shm") if os.path.isdir("/dev/shm") else []
+        loky = {n for n in shm if any(n.startswith(f"sem.loky-{pid}-") for pid in pids)}  # may come after the scan
+        _remove_segments(names | loky)
+
+    def _shared_memory(self) -> tuple[set[str], set[int]]:
+        """Names of the ``/dev/shm`` segments the engine core and its workers map (vLLM's message queues), and
+        those processes' ids (their named semaphores carry them)."""
+        import psutil
+
+        names: set[str] = set()
+        pids: set[int] = set()
+        try:
+            roots = [p.pid for p in self.llm.llm_engine.engine_core.resources.engine_manager.processes if p.pid]
+        except AttributeError:  # another vLLM layout (e.g. the engine core in this process)
+            return names, pids
+        procs = []
+        for pid in roots:
+            try:
+                root = psutil.Process(pid)
+                procs += [root, *root.children(recursive=True)]
+            except psutil.Error:  # already gone
+                continue
+        for proc in procs:
+            try:
+                maps = proc.memory_maps()
+            except psutil.Error:
+                continue
+            pids.add(proc.pid)
+            names |= {m.path[len("/dev/shm/"):] for m in maps if m.path.startswith("/dev/shm/")}
+        return names, pids
 
     def reset_prefix_cache(self) -> None:
         self.llm.reset_prefix_cache()

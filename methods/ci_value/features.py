@@ -30,18 +30,22 @@ class PairEncoder:
         self.dim = int(self.model.config.hidden_size)
 
     def encode(self, questions: Sequence[str], texts: Sequence[str]):
-        """A float32 tensor (len(texts), dim) of pair features."""
+        """A float32 tensor (len(texts), dim) of pair features, in input order. Pairs are batched by length
+        (longest first) so that a batch pads little; the mask keeps padding out of every pair's features."""
         import torch
 
+        if not texts:
+            return torch.zeros(0, self.dim)
+        order = sorted(range(len(texts)), key=lambda i: -(len(questions[i]) + len(texts[i])))
         out = []
-        for s in range(0, len(texts), self.batch_size):
-            sl = slice(s, s + self.batch_size)
-            enc = self.tokenizer(list(questions[sl]), list(texts[sl]), truncation="only_second",
+        for s in range(0, len(order), self.batch_size):
+            idx = order[s : s + self.batch_size]
+            enc = self.tokenizer([questions[i] for i in idx], [texts[i] for i in idx], truncation="only_second",
                                  max_length=self.max_length, padding=True, return_tensors="pt")
             with torch.inference_mode():
                 h = self.model(**enc).last_hidden_state
             m = enc["attention_mask"].unsqueeze(-1).to(h.dtype)
             out.append((h * m).sum(1) / m.sum(1).clamp(min=1.0))
-        if not out:
-            return torch.zeros(0, self.dim)
-        return torch.cat(out).float()
+        feats = torch.empty(len(texts), self.dim)
+        feats[torch.tensor(order)] = torch.cat(out).float()
+        return feats

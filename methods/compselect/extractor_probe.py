@@ -68,6 +68,9 @@ def _recall(flags: list[dict], clues: list[list]) -> dict:
 
 
 if __name__ == "__main__":
+    from harness.lm import release
+
     main()
     sys.stdout.flush()
+    release()  # engines stopped and their shared memory removed (os._exit skips the at-exit hook)
     os._exit(0)  # the vLLM engine's shutdown can hang the interpreter's exit after the report is out

@@ -464,11 +464,14 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     label_ids = splits["labels"]["train"] + splits["labels"]["val"]
     with watch("extract_label_questions"):
         extractor_path = str(out / "extractor")
+        # lazy: a re-run whose extractor calls all replay never starts the merged extractor's engine
         infer = get_lm(cfg.lm, engine=cfg.engine, dtype=cfg.inference_dtype, adapter=extractor_path,
-                       device=cfg.device)
+                       device=cfg.device, lazy=True)
+        running_before = infer.started
         inputs = [extractor_input(infer, by_id[i], int(cfg.extractor.max_input_tokens)) for i in label_ids]
         outs = [o.text.strip() for o in infer.generate([x.messages for x in inputs],
                                                        int(cfg.extractor.max_new_tokens))]
+        extractor_started = infer.started and not running_before  # whether this run had to start it
         release(lambda m: m.info.get("adapter") == extractor_path)  # its engine's memory back before training
         clues = {i: map_clues(o, x.sentences[: x.shown])[0] for i, o, x in zip(label_ids, outs, inputs, strict=True)}
     with watch("reranker_labels"):
@@ -624,6 +627,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
                 "cache": str(lm_cache.cache_path()) if lm_cache.enabled() else None,
                 "generator": labeller.calls + nll_labeller.calls,
                 "extractor": len(label_ids),
+                "extractor_engine_started": extractor_started,
                 "replayed": lm_cache.REPLAYS.calls - replays_before,
             },
             "times": watch.times,
