@@ -25,16 +25,22 @@ def method_config(name: str):
 
 @pytest.fixture(scope="module", autouse=True)
 def release_adapter_engines():
-    """Each merged adapter is a vLLM engine of its own (weights + KV cache): stop them after this module; their
-    processes end and their shared-memory segments go with them (``VLLMEngine.close``)."""
+    """Each merged adapter is a vLLM engine of its own (weights + KV cache): stop them after this module. An
+    in-process engine (a CPU's default) gives its memory back to this process's system; in vLLM's process layout
+    the engine's processes end and their shared-memory segments go with them (``VLLMEngine.close``)."""
     yield
     import psutil
 
     from harness.lm import live, release
 
-    adapters = [lm for lm in live() if lm.info["adapter"] is not None and lm.started]
-    held = [lm.engine._shared_memory() for lm in adapters if lm.engine.name == "vllm"]
+    adapters = [lm for lm in live() if lm.info["adapter"] is not None and lm.started and lm.engine.name == "vllm"]
+    inproc = sum(lm.engine.in_process for lm in adapters)
+    held = [lm.engine._shared_memory() for lm in adapters if not lm.engine.in_process]
+    rss = psutil.Process().memory_info().rss
     assert release(lambda lm: lm.info["adapter"] is not None) >= 2  # extractor and truncator(s)
+    # each engine held >= 0.5 GB of fp32 weights and touched KV cache (~1.7 GB measured for one)
+    assert rss - psutil.Process().memory_info().rss >= inproc * 2**29
+    assert not psutil.Process().children()
     from harness.lm.vllm_engine import SEGMENTS
 
     for names, pids in held:

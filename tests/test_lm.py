@@ -225,3 +225,35 @@ def test_dtype_auto_picks_bf16_only_where_it_is_native(monkeypatch):
     assert hardware.pick_dtype("float32") == "float32"  # an explicit dtype is kept
     monkeypatch.setattr(hardware, "has_cuda", lambda: True)
     assert hardware.pick_dtype("auto") == "bfloat16"
+
+
+def test_a_cpu_engine_runs_in_this_process_beside_modules_vllms_kernel_scan_cannot_read(vllm_lm, prompts):
+    """On a CPU the engine is in-process (no engine process to spawn); llvmlite (numba's dependency, loaded by
+    other libraries) breaks vLLM's module scan at worker start, so such modules are hidden while it starts; the
+    process's ``torch.set_num_threads`` keeps working afterwards (vLLM's worker replaces it by a no-op)."""
+    import llvmlite.binding  # noqa: F401 - what makes vLLM's scan fail
+    import psutil
+    import torch
+
+    from harness.lm.vllm_engine import VLLMEngine, _unscannable_modules
+
+    if not vllm_lm.engine.in_process:
+        pytest.skip("VLLM_ENABLE_V1_MULTIPROCESSING=1: vLLM's process layout")
+    assert "llvmlite.binding.ffi" in _unscannable_modules()
+    threads = torch.get_num_threads()
+    engine = VLLMEngine(vllm_lm.engine.llm.llm_engine.model_config.model, "float32", max_model_len=1024)
+    try:
+        assert not psutil.Process().children()  # nothing spawned
+        assert engine.settings["cpu"]["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
+        ids = [vllm_lm.encode_chat(p) for p in prompts[:2]]
+        assert [c[0] for c in engine.generate(ids, 8, vllm_lm.stop_ids)] == [
+            c.token_ids for c in vllm_lm.generate(prompts[:2], 8)
+        ]
+        torch.set_num_threads(1)
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(threads)
+        engine.close()
+    assert "llvmlite.binding.ffi" in sys.modules
+    # closing one in-process engine leaves the process's other engines working (vLLM's shared distributed state)
+    assert vllm_lm.engine.generate(ids[:1], 4, vllm_lm.stop_ids)[0][0]

@@ -261,7 +261,7 @@ def get_lm(
     lazy: bool = False,
 ) -> LM:
     """The process-wide ``LM`` of (weights, adapter, engine, dtype); built on first use. ``lazy`` (vLLM): the
-    tokenizer now, the engine (~28 s to start on 2 cores) only when a call first misses the call cache, so a
+    tokenizer now, the engine (~4-15 s to start on 2 cores) only when a call first misses the call cache, so a
     re-run whose calls all replay never starts it (training re-runs; not for timed runs, whose load belongs
     before the first batch)."""
     if engine not in ENGINES:
