@@ -3,8 +3,9 @@
 Each worker loads its own generator (one engine per process, reused by the jobs the worker runs next). Two fixes
 for joblib's ``loky`` workers, harmless elsewhere:
 
-- loky makes ``loky`` the process's start method, and a process that vLLM spawns (its engine core) re-reads the
-  start method by name, where only the standard ones exist: the job switches back to ``spawn``;
+- loky makes ``loky`` the process's start method, and a process that vLLM spawns (its engine core, in vLLM's
+  process layout: a GPU, or ``VLLM_ENABLE_V1_MULTIPROCESSING=1`` on a CPU) re-reads the start method by name,
+  where only the standard ones exist: the job switches back to ``spawn``;
 - a multiprocessing child joins its own children at exit and runs no ``atexit`` hook (it ends with
   ``os._exit``; the model layer's at-exit release never runs there), so an engine left open would keep the
   worker, and the launcher waiting on it, alive forever: the worker closes its language models first.

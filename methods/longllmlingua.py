@@ -38,7 +38,8 @@ Departures from the package's defaults, and why:
   ``get_compressed_input`` ("IndexError: The shape of the mask [178] ... does not match ... [179]"; seen once in
   200 HotpotQA questions, SmolLM2 in bf16, HotpotQA id 5ab3e45655429976abd1bcd4; the same question passes in
   fp32). That example is compressed again without ``condition_compare`` (the same coarse ranking, budget and
-  token pruning, the pruning then unconditioned) and the record says so in ``meta["fallback"]``; any other error
+  question-conditioned token pruning, without the contrast against the unconditioned perplexity) and the record
+  says so in ``meta["fallback"]``; any other error
   is raised.
 - Offline: the package loads the ``cl100k_base`` tiktoken encoding (for its own token report) from the
   network when it starts. If ``TIKTOKEN_CACHE_DIR`` is unset, the adapter copies the file bundled in

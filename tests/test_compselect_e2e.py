@@ -36,11 +36,11 @@ def release_adapter_engines():
     adapters = [lm for lm in live() if lm.info["adapter"] is not None and lm.started and lm.engine.name == "vllm"]
     inproc = sum(lm.engine.in_process for lm in adapters)
     held = [lm.engine._shared_memory() for lm in adapters if not lm.engine.in_process]
-    rss = psutil.Process().memory_info().rss
+    rss, children = psutil.Process().memory_info().rss, set(psutil.Process().children(recursive=True))
     assert release(lambda lm: lm.info["adapter"] is not None) >= 2  # extractor and truncator(s)
     # each engine held >= 0.5 GB of fp32 weights and touched KV cache (~1.7 GB measured for one)
     assert rss - psutil.Process().memory_info().rss >= inproc * 2**29
-    assert not psutil.Process().children()
+    assert not set(psutil.Process().children(recursive=True)) - children  # nothing new left running
     from harness.lm.vllm_engine import SEGMENTS
 
     for names, pids in held:

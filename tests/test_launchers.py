@@ -26,7 +26,7 @@ from tests.conftest import REPO
 
 SMALL = ["dataset=nq", "latency.samples=0", "progress=false"]
 # the launcher tests are about processes, not the engine: the transformers generator starts in seconds where a
-# vLLM engine takes ~28 s (the joblib test keeps vLLM: two engines must split the cores, not both bind them)
+# vLLM engine takes ~15 s (the joblib test keeps vLLM: two engines must split the cores, not both take them all)
 FAST = [*SMALL, "generator=smollm2_transformers"]
 METRICS = ("n", "subem", "em", "f1", "cr", "cr_mean", "original_tokens", "compressed_tokens", "kept_nothing",
            "cr_nonempty", "diagnostics")

@@ -168,7 +168,7 @@ def test_unknown_method_fails_fast_listing_valid_ones(tmp_path):
 
 
 def test_killed_run_resumes_to_the_uninterrupted_summary(tmp_path):
-    # resuming is the runner's, not the engine's: the transformers generator starts in seconds (vLLM ~28 s)
+    # resuming is the runner's, not the engine's: the transformers generator starts in seconds (vLLM ~15 s)
     common = ["method=naive", "dataset=triviaqa", "limit=8", "batch_size=1", "generator=smollm2_transformers"]
     env = {**os.environ, "RAG_HARNESS_RESULTS": str(tmp_path / "killed")}
     proc = subprocess.Popen(

