@@ -160,14 +160,15 @@ def _distributed_state_kept(keep: bool):
 
 
 @contextmanager
-def _scan_without(hidden: dict[str, Any]):
-    """While vLLM's kernel scan runs (``dispatcher._rebind_kernels``, called at worker start), the modules in
-    ``hidden`` are out of ``sys.modules``; put back at once after it."""
+def _scan_without_unreadable_modules():
+    """While vLLM's kernel scan runs (``dispatcher._rebind_kernels``, called at worker start), the modules it cannot
+    read (``_unscannable_modules``, never a vLLM one) are out of ``sys.modules``; put back at once after it."""
     from vllm.triton_utils import dispatcher
 
     rebind = dispatcher._rebind_kernels
 
     def scan(*args: Any, **kwargs: Any) -> Any:
+        hidden = {k: v for k, v in _unscannable_modules().items() if not k.startswith("vllm")}
         for name in hidden:
             sys.modules.pop(name, None)
         try:
@@ -198,9 +199,8 @@ def _in_process_llm(llm_cls: Any, threads: int, **kwargs: Any) -> Any:
     set_threads = torch.set_num_threads
     states = random.getstate(), np.random.get_state(), torch.get_rng_state()
     set_threads(threads)
-    hidden = {k: v for k, v in _unscannable_modules().items() if not k.startswith("vllm")}
     try:
-        with _scan_without(hidden):
+        with _scan_without_unreadable_modules():
             return llm_cls(**kwargs)
     finally:
         torch.set_num_threads = set_threads
