@@ -42,12 +42,15 @@ class VLLMServer:
 
     def __init__(self, folder: Path) -> None:
         self.folder, self.proc, self.port, self.starts = folder, None, 0, 0
+        self.log: Path | None = None
+        self.fresh: VLLMServer | None = None
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
 
-    def start(self, wait_s: float = 900) -> None:
+    def launch(self) -> None:
+        """Start the server process on a free port (``wait`` until it answers)."""
         from harness.lm.vllm_engine import CPU_BLOCK_SIZE, cpu_environment
         from harness.models import resolve
 
@@ -57,13 +60,17 @@ class VLLMServer:
                "--max-model-len", "4096", "--block-size", str(CPU_BLOCK_SIZE), "--enable-prefix-caching",
                "--enforce-eager"]
         env = {**os.environ, **cpu_environment(None), "VLLM_API_KEY": KEY, "HF_HUB_OFFLINE": "1"}
-        log = (self.folder / f"server-{self.starts}.log").open("w")
-        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=self.folder,
-                                     start_new_session=True)
+        self.log = self.folder / f"server-{self.starts}.log"
+        with self.log.open("w") as log:
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=self.folder,
+                                         start_new_session=True)
+
+    def wait(self, wait_s: float = 900) -> None:
+        """Block until the launched server answers ``/health``."""
         t0 = time.monotonic()
         while time.monotonic() - t0 < wait_s:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"vLLM server exited: {log.name}\n{Path(log.name).read_text()[-3000:]}")
+                raise RuntimeError(f"vLLM server exited: {self.log}\n{self.log.read_text()[-3000:]}")
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=5) as r:
                     if r.status == 200:
@@ -71,7 +78,12 @@ class VLLMServer:
             except OSError:
                 time.sleep(1)
         self.kill()
-        raise RuntimeError(f"vLLM server not healthy after {wait_s} s: {log.name}")
+        raise RuntimeError(f"vLLM server not healthy after {wait_s} s: {self.log}")
+
+    def take_over(self, fresh: VLLMServer) -> None:
+        """Become ``fresh``, a server launched beside this one that no run has used (another process and port)."""
+        fresh.wait()
+        self.proc, self.port, self.log, self.starts = fresh.proc, fresh.port, fresh.log, self.starts + 1
 
     def kill(self) -> None:
         """SIGKILL the server's process group (the API server and its engine core), as a crash would."""
@@ -83,10 +95,18 @@ class VLLMServer:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     pytest.importorskip("vllm")
-    srv = VLLMServer(tmp_path_factory.mktemp("vllm-server"))
-    srv.start()
-    yield srv
-    srv.kill()
+    srv, fresh = VLLMServer(tmp_path_factory.mktemp("vllm-server")), VLLMServer(tmp_path_factory.mktemp("fresh"))
+    # the fresh server of the killed-run test starts beside the first one: their start-ups (mostly one core each:
+    # imports, weights) overlap instead of adding up (~30 s of this module's ~2 minutes)
+    srv.launch()
+    fresh.launch()
+    srv.fresh = fresh
+    try:
+        srv.wait()
+        yield srv
+    finally:
+        srv.kill()
+        fresh.kill()
 
 
 def harness_cmd(results: Path, *overrides: str) -> list[str]:
@@ -187,7 +207,7 @@ def interrupted(server, uninterrupted, tmp_path_factory):
     LOGS.extend(first[1:])
     [path] = results.rglob("predictions.jsonl")
     left = path.read_bytes()
-    server.start()  # a fresh server, on another port
+    server.take_over(server.fresh)  # a fresh server (launched beside the first, never used), another port
     second = run_harness(results, *served(server.url, *fast_fail))
     return results, first, left, second
 
