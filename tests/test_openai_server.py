@@ -41,7 +41,7 @@ class VLLMServer:
     (eager, prefix caching, KV blocks of 32, every core bound), on a free port, requiring ``KEY``."""
 
     def __init__(self, folder: Path) -> None:
-        self.folder, self.proc, self.port, self.starts = folder, None, 0, 0
+        self.folder, self.proc, self.port = folder, None, 0
         self.log: Path | None = None
         self.fresh: VLLMServer | None = None
 
@@ -54,13 +54,13 @@ class VLLMServer:
         from harness.lm.vllm_engine import CPU_BLOCK_SIZE, cpu_environment
         from harness.models import resolve
 
-        self.port, self.starts = free_port(), self.starts + 1
+        self.port = free_port()
         cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", resolve(LM).path,
                "--served-model-name", MODEL, "--host", "127.0.0.1", "--port", str(self.port), "--dtype", "float32",
                "--max-model-len", "4096", "--block-size", str(CPU_BLOCK_SIZE), "--enable-prefix-caching",
                "--enforce-eager"]
         env = {**os.environ, **cpu_environment(None), "VLLM_API_KEY": KEY, "HF_HUB_OFFLINE": "1"}
-        self.log = self.folder / f"server-{self.starts}.log"
+        self.log = self.folder / "server.log"
         with self.log.open("w") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=self.folder,
                                          start_new_session=True)
@@ -80,10 +80,10 @@ class VLLMServer:
         self.kill()
         raise RuntimeError(f"vLLM server not healthy after {wait_s} s: {self.log}")
 
-    def take_over(self, fresh: VLLMServer) -> None:
-        """Become ``fresh``, a server launched beside this one that no run has used (another process and port)."""
-        fresh.wait()
-        self.proc, self.port, self.log, self.starts = fresh.proc, fresh.port, fresh.log, self.starts + 1
+    def take_over_fresh(self) -> None:
+        """Become ``self.fresh``, a server launched beside this one that no run has used (another process, port)."""
+        self.fresh.wait()
+        self.proc, self.port, self.log = self.fresh.proc, self.fresh.port, self.fresh.log
 
     def kill(self) -> None:
         """SIGKILL the server's process group (the API server and its engine core), as a crash would."""
@@ -207,7 +207,7 @@ def interrupted(server, uninterrupted, tmp_path_factory):
     LOGS.extend(first[1:])
     [path] = results.rglob("predictions.jsonl")
     left = path.read_bytes()
-    server.take_over(server.fresh)  # a fresh server (launched beside the first, never used), another port
+    server.take_over_fresh()  # a fresh server (launched beside the first, never used), another port
     second = run_harness(results, *served(server.url, *fast_fail))
     return results, first, left, second
 
