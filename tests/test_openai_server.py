@@ -44,6 +44,7 @@ class VLLMServer:
         self.folder, self.proc, self.port = folder, None, 0
         self.log: Path | None = None
         self.fresh: VLLMServer | None = None
+        self.killed: tuple[set[str], set[int]] = (set(), set())  # segments its killed processes mapped, their pids
 
     @property
     def url(self) -> str:
@@ -86,10 +87,24 @@ class VLLMServer:
         self.proc, self.port, self.log = self.fresh.proc, self.fresh.port, self.fresh.log
 
     def kill(self) -> None:
-        """SIGKILL the server's process group (the API server and its engine core), as a crash would."""
+        """SIGKILL the server's process group (the API server and its engine core), as a crash would, then remove
+        the shared-memory segments the crash leaves in ``/dev/shm`` (its resource tracker died with it)."""
+        from harness.lm.vllm_engine import process_segments, remove_segments
+
         if self.proc is not None and self.proc.poll() is None:
+            names, pids = process_segments([self.proc.pid])
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(timeout=60)
+            remove_segments(names, pids, untrack=False)
+            self.killed = (self.killed[0] | names, self.killed[1] | pids)
+
+    def left_in_shm(self) -> list[str]:
+        """What of its killed processes' shared memory is still in ``/dev/shm`` (the kinds vLLM and loky make)."""
+        from harness.lm.vllm_engine import SEGMENTS
+
+        names, pids = self.killed
+        return [n for n in os.listdir("/dev/shm") if n.startswith(tuple(SEGMENTS))
+                and (n in names or any(n.startswith(f"sem.loky-{pid}-") for pid in pids))]
 
 
 @pytest.fixture(scope="module")
@@ -213,8 +228,10 @@ def interrupted(server, uninterrupted, tmp_path_factory):
 
 
 @pytest.mark.vllm
-def test_killed_server_fails_in_one_line_and_a_rerun_resumes_to_the_same_records(interrupted, uninterrupted):
+def test_killed_server_fails_in_one_line_and_a_rerun_resumes_to_the_same_records(interrupted, uninterrupted, server):
     results, (rc, _, stderr), left, second = interrupted
+    # the crash's shared memory (vLLM's queues, loky's semaphores) was found and removed, not left in /dev/shm
+    assert server.killed[1] and not server.left_in_shm()
     assert rc == 2, stderr[-3000:]
     [line] = stderr.strip().splitlines()[-1:]
     assert line.startswith("error: http://127.0.0.1:") and "/v1/chat/completions: failed after 3 tries" in line

@@ -66,12 +66,40 @@ def cpu_environment(threads: int | None) -> dict[str, str]:
 SEGMENTS = {"psm_": ("", "shared_memory"), "sem.mp-": ("sem.", "semaphore"), "sem.loky-": ("sem.", "semaphore")}
 
 
-def _remove_segments(names: set[str]) -> None:
-    """Unlink a killed engine's segments (the kinds in ``SEGMENTS`` only) and drop them from multiprocessing's
-    resource tracker, which would otherwise remove them, with a warning, only when this process exits."""
+def process_segments(roots: Sequence[int]) -> tuple[set[str], set[int]]:
+    """Names of the ``/dev/shm`` segments that processes ``roots`` and their descendants map (vLLM's message
+    queues), and those processes' ids (their named semaphores carry them). Read before the processes are killed."""
+    import psutil
+
+    names: set[str] = set()
+    pids: set[int] = set()
+    procs = []
+    for pid in roots:
+        try:
+            root = psutil.Process(pid)
+            procs += [root, *root.children(recursive=True)]
+        except psutil.Error:  # already gone
+            continue
+    for proc in procs:
+        try:
+            maps = proc.memory_maps()
+        except psutil.Error:
+            continue
+        pids.add(proc.pid)
+        names |= {m.path[len("/dev/shm/"):] for m in maps if m.path.startswith("/dev/shm/")}
+    return names, pids
+
+
+def remove_segments(names: set[str], pids: set[int], untrack: bool = True) -> None:
+    """Unlink what killed processes left in ``/dev/shm`` (the kinds in ``SEGMENTS`` only): the segments ``names``
+    read by ``process_segments`` before the kill, and the loky semaphores of ``pids`` (they may come after the
+    scan). ``untrack``: also drop them from this process's multiprocessing resource tracker (the processes were
+    its children), which would otherwise remove them, with a warning, only when this process exits."""
     from multiprocessing import resource_tracker
 
-    for name in names:
+    shm = os.listdir("/dev/shm") if os.path.isdir("/dev/shm") else []
+    loky = {n for n in shm if any(n.startswith(f"sem.loky-{pid}-") for pid in pids)}
+    for name in names | loky:
         kind = next((k for k in SEGMENTS if name.startswith(k)), None)
         if kind is None:
             continue
@@ -80,7 +108,8 @@ def _remove_segments(names: set[str]) -> None:
         except FileNotFoundError:  # removed by its owner after all
             continue
         cut, rtype = SEGMENTS[kind]
-        resource_tracker.unregister(f"/{name[len(cut):]}", rtype)
+        if untrack:
+            resource_tracker.unregister(f"/{name[len(cut):]}", rtype)
 
 
 @contextmanager
@@ -262,36 +291,15 @@ class VLLMEngine:
             return
         names, pids = self._shared_memory()
         self.llm.llm_engine.engine_core.shutdown(timeout=CPU_SHUTDOWN_GRACE_S)
-        shm = os.listdir("/dev/shm") if os.path.isdir("/dev/shm") else []
-        loky = {n for n in shm if any(n.startswith(f"sem.loky-{pid}-") for pid in pids)}  # may come after the scan
-        _remove_segments(names | loky)
+        remove_segments(names, pids)
 
     def _shared_memory(self) -> tuple[set[str], set[int]]:
-        """Names of the ``/dev/shm`` segments the engine core and its workers map (vLLM's message queues), and
-        those processes' ids (their named semaphores carry them)."""
-        import psutil
-
-        names: set[str] = set()
-        pids: set[int] = set()
+        """``process_segments`` of the engine core's processes (none when the core runs in this process)."""
         try:
             roots = [p.pid for p in self.llm.llm_engine.engine_core.resources.engine_manager.processes if p.pid]
         except AttributeError:  # another vLLM layout (e.g. the engine core in this process)
-            return names, pids
-        procs = []
-        for pid in roots:
-            try:
-                root = psutil.Process(pid)
-                procs += [root, *root.children(recursive=True)]
-            except psutil.Error:  # already gone
-                continue
-        for proc in procs:
-            try:
-                maps = proc.memory_maps()
-            except psutil.Error:
-                continue
-            pids.add(proc.pid)
-            names |= {m.path[len("/dev/shm/"):] for m in maps if m.path.startswith("/dev/shm/")}
-        return names, pids
+            return set(), set()
+        return process_segments(roots)
 
     def reset_prefix_cache(self) -> None:
         self.llm.reset_prefix_cache()
