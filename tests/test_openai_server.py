@@ -100,11 +100,9 @@ class VLLMServer:
 
     def left_in_shm(self) -> list[str]:
         """What of its killed processes' shared memory is still in ``/dev/shm`` (the kinds vLLM and loky make)."""
-        from harness.lm.vllm_engine import SEGMENTS
+        from harness.lm.vllm_engine import segments_left
 
-        names, pids = self.killed
-        return [n for n in os.listdir("/dev/shm") if n.startswith(tuple(SEGMENTS))
-                and (n in names or any(n.startswith(f"sem.loky-{pid}-") for pid in pids))]
+        return segments_left(*self.killed)
 
 
 @pytest.fixture(scope="module")

@@ -90,6 +90,14 @@ def process_segments(roots: Sequence[int]) -> tuple[set[str], set[int]]:
     return names, pids
 
 
+def segments_left(names: set[str], pids: set[int]) -> list[str]:
+    """What of ``process_segments``' findings is still in ``/dev/shm`` (the kinds in ``SEGMENTS`` only): the
+    segments ``names`` and the loky semaphores of ``pids`` (they may come after the scan)."""
+    shm = os.listdir("/dev/shm") if os.path.isdir("/dev/shm") else []
+    return [n for n in shm if n.startswith(tuple(SEGMENTS))
+            and (n in names or any(n.startswith(f"sem.loky-{pid}-") for pid in pids))]
+
+
 def remove_segments(names: set[str], pids: set[int], untrack: bool = True) -> None:
     """Unlink what killed processes left in ``/dev/shm`` (the kinds in ``SEGMENTS`` only): the segments ``names``
     read by ``process_segments`` before the kill, and the loky semaphores of ``pids`` (they may come after the
@@ -97,12 +105,8 @@ def remove_segments(names: set[str], pids: set[int], untrack: bool = True) -> No
     its children), which would otherwise remove them, with a warning, only when this process exits."""
     from multiprocessing import resource_tracker
 
-    shm = os.listdir("/dev/shm") if os.path.isdir("/dev/shm") else []
-    loky = {n for n in shm if any(n.startswith(f"sem.loky-{pid}-") for pid in pids)}
-    for name in names | loky:
-        kind = next((k for k in SEGMENTS if name.startswith(k)), None)
-        if kind is None:
-            continue
+    for name in segments_left(names, pids):
+        kind = next(k for k in SEGMENTS if name.startswith(k))
         try:
             os.unlink(f"/dev/shm/{name}")
         except FileNotFoundError:  # removed by its owner after all
