@@ -382,3 +382,23 @@ def test_bf16_autocast_keeps_fp32_master_weights_and_tracks_the_fp32_losses(tmp_
     assert r16["step_losses"] != r32["step_losses"]  # bf16 did run
     assert r16["step_losses"] == pytest.approx(r32["step_losses"], rel=0.03)
     assert r16["val_loss_after"] < r16["val_loss_before"] and r32["val_loss_after"] < r32["val_loss_before"]
+
+
+def test_auto_compute_dtype_is_bf16_only_where_the_cpu_has_it(tmp_path):
+    """``compute_dtype: auto`` (the embedded training config) runs bf16 autocast only on a CPU with native bf16
+    (emulated bf16 is several times slower than fp32 elsewhere) and the report records what ran, not ``auto``."""
+    import runpy
+
+    from harness.lm.hardware import native_bf16
+    from harness.lm.lora import resolve_compute_dtype
+
+    script = tmp_path / "resume_case.py"
+    script.write_text(RESUME_SCRIPT)
+    case = runpy.run_path(str(script))
+    train, val = case["data"]()
+    from methods.compselect.sft import train_lora
+
+    _, report = train_lora(case["tiny"](), train, val, r=4, alpha=8, dropout=0.0, target_modules=["q_proj", "v_proj"],
+                           lr=5e-3, epochs=1, grad_accum=2, warmup_ratio=0.1, seed=0, compute_dtype="auto")
+    assert report["compute_dtype"] == ("bfloat16" if native_bf16() else None)
+    assert resolve_compute_dtype("bfloat16") == "bfloat16" and resolve_compute_dtype(None) is None

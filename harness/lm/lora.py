@@ -176,6 +176,18 @@ def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
     os.replace(tmp, path)  # a kill leaves the previous checkpoint or this one, never half of one
 
 
+def resolve_compute_dtype(value: str | None) -> str | None:
+    """A stage's ``compute_dtype`` as it runs: ``auto`` is bfloat16 where the device has native bf16 (a GPU, or a
+    CPU with avx512_bf16 / amx_bf16) and None (the weights' own dtype) elsewhere, where emulated bf16 autocast is
+    several times slower than fp32; other values unchanged."""
+    if value == "auto":
+        from harness.lm.hardware import pick_dtype
+
+        value = pick_dtype("auto")
+        return None if value == "float32" else value
+    return value or None
+
+
 def train_lora(
     base,
     train: Sequence[SFTExample],
@@ -211,12 +223,14 @@ def train_lora(
     one token (stop), so per example it outweighs the first token of a kept prefix ~30 to 1. ``checkpoint``,
     ``save_every``, ``eval_every``, ``select_best``: see the module docstring; ``on_step(step)`` runs after each
     optimizer step and its checkpoint (tests kill the process there). ``compute_dtype="bfloat16"``: forward and
-    backward under autocast (fp32 master weights; see ``_loss``), null: the weights' own dtype.
+    backward under autocast (fp32 master weights; see ``_loss``), null: the weights' own dtype, ``auto``:
+    ``resolve_compute_dtype`` (the report records what ran).
     ``on_snapshot(step, model)`` runs every ``snapshot_every`` optimizer steps and after the last one, before
     any best-step selection (to keep the adapters of several epochs and select among them on another measure).
     ``micro_batch``: examples per padded forward pass within an optimizer step (a GPU runs several at the cost of
     one; the same losses up to rounding; 1: one unpadded example at a time, the CPU's fastest).
     """
+    compute_dtype = resolve_compute_dtype(compute_dtype)
     if loss_norm not in ("example", "token"):
         raise ValueError(f"loss_norm={loss_norm!r}; valid: example, token")
     if select_best and not eval_every:

@@ -96,18 +96,18 @@ def seconds_per_example(base, train: Sequence[SFTExample], settings: dict, micro
     import torch
     from peft import get_peft_model
 
-    from harness.lm.lora import _chunks, _losses, lora_config, weight_sharing_copy
+    from harness.lm.lora import _chunks, _losses, lora_config, resolve_compute_dtype, weight_sharing_copy
 
     model = get_peft_model(weight_sharing_copy(base), lora_config(settings["r"], settings["alpha"],
                                                                   settings["dropout"], settings["target_modules"]))
     model.train()
     sample = [train[i % len(train)] for i in range(n + micro_batch)]
-    _losses(model, sample[:micro_batch], settings.get("compute_dtype")).sum().backward()
+    _losses(model, sample[:micro_batch], resolve_compute_dtype(settings.get("compute_dtype"))).sum().backward()
     if torch.cuda.is_available():
         torch.cuda.synchronize()
     t = time.perf_counter()
     for chunk in _chunks(sample[micro_batch:], micro_batch):
-        _losses(model, chunk, settings.get("compute_dtype")).sum().backward()
+        _losses(model, chunk, resolve_compute_dtype(settings.get("compute_dtype"))).sum().backward()
     if torch.cuda.is_available():
         torch.cuda.synchronize()
     del model

@@ -31,6 +31,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from harness.config import apply_profile_env, register_resolvers
+from harness.lm.lora import resolve_compute_dtype
 from harness.provenance import REPO_ROOT
 
 register_resolvers()
@@ -227,7 +228,7 @@ def sft_stage(name: str, cfg_stage: DictConfig, cfg: DictConfig, lm, train_ex, v
         )
         report.update(examples=len(train_ex), val_examples=len(val_ex), lr=float(cfg_stage.lr),
                       epochs_planned=float(cfg_stage.epochs), grad_accum=int(cfg_stage.grad_accum),
-                      compute_dtype=cfg_stage.get("compute_dtype"))
+                      compute_dtype=resolve_compute_dtype(cfg_stage.get("compute_dtype")))
         save_adapter(model, out / name, cfg.lm, "float16" if cfg.dtype == "float32" else cfg.dtype)
         del model
         return report
