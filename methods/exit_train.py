@@ -148,15 +148,14 @@ def train_cross(cfg: DictConfig, rows: dict[str, list], by_id: dict, out: Path) 
     def pairs(part: str) -> list:
         return [((by_id[r["id"]].question, r["text"], r["context"]), bool(r["label"])) for r in rows[part]]
 
-    from harness.lm.hardware import pick_dtype
+    from harness.lm.lora import resolve_compute_dtype
 
     c = cfg.cross_encoder
-    dtype = pick_dtype(str(c.get("compute_dtype") or "float32"))
     model, _, report = train_cross_encoder(
         cfg.model, pairs("train"), pairs("val"), lora=OmegaConf.to_container(c.lora), lr=float(c.lr),
         epochs=int(c.epochs), batch_size=int(c.batch_size), warmup_ratio=float(c.warmup_ratio),
         max_length=int(cfg.max_length), seed=int(cfg.seed), eval_every=int(c.eval_every),
-        progress=bool(cfg.progress), compute_dtype=None if dtype == "float32" else dtype,
+        progress=bool(cfg.progress), compute_dtype=resolve_compute_dtype(c.get("compute_dtype")),
         checkpoint=out.parent / f".{out.name}.checkpoint.pt")
     save_classifier(model, out, cfg.model)
     return report

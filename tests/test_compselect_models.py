@@ -401,4 +401,5 @@ def test_auto_compute_dtype_is_bf16_only_where_the_cpu_has_it(tmp_path):
     _, report = train_lora(case["tiny"](), train, val, r=4, alpha=8, dropout=0.0, target_modules=["q_proj", "v_proj"],
                            lr=5e-3, epochs=1, grad_accum=2, warmup_ratio=0.1, seed=0, compute_dtype="auto")
     assert report["compute_dtype"] == ("bfloat16" if native_bf16() else None)
-    assert resolve_compute_dtype("bfloat16") == "bfloat16" and resolve_compute_dtype(None) is None
+    assert resolve_compute_dtype("bfloat16") == "bfloat16"
+    assert resolve_compute_dtype(None) is None and resolve_compute_dtype("float32") is None

@@ -179,13 +179,11 @@ def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
 def resolve_compute_dtype(value: str | None) -> str | None:
     """A stage's ``compute_dtype`` as it runs: ``auto`` is bfloat16 where the device has native bf16 (a GPU, or a
     CPU with avx512_bf16 / amx_bf16) and None (the weights' own dtype) elsewhere, where emulated bf16 autocast is
-    several times slower than fp32; other values unchanged."""
-    if value == "auto":
-        from harness.lm.hardware import pick_dtype
+    several times slower than fp32; ``float32`` is None too (no autocast); other values unchanged."""
+    from harness.lm.hardware import pick_dtype
 
-        value = pick_dtype("auto")
-        return None if value == "float32" else value
-    return value or None
+    value = pick_dtype(value or "float32")
+    return None if value == "float32" else value
 
 
 def train_lora(
