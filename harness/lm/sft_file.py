@@ -102,12 +102,13 @@ def seconds_per_example(base, train: Sequence[SFTExample], settings: dict, micro
                                                                   settings["dropout"], settings["target_modules"]))
     model.train()
     sample = [train[i % len(train)] for i in range(n + micro_batch)]
-    _losses(model, sample[:micro_batch], resolve_compute_dtype(settings.get("compute_dtype"))).sum().backward()
+    dtype = resolve_compute_dtype(settings.get("compute_dtype"))
+    _losses(model, sample[:micro_batch], dtype).sum().backward()
     if torch.cuda.is_available():
         torch.cuda.synchronize()
     t = time.perf_counter()
     for chunk in _chunks(sample[micro_batch:], micro_batch):
-        _losses(model, chunk, resolve_compute_dtype(settings.get("compute_dtype"))).sum().backward()
+        _losses(model, chunk, dtype).sum().backward()
     if torch.cuda.is_available():
         torch.cuda.synchronize()
     del model
