@@ -268,7 +268,8 @@ def test_extractor_targets_combine_answer_sentences_knn_and_question_order(nq5):
 
 def test_extractor_sft_on_a_real_slice_lowers_the_loss(generator, nq5):
     """The extractor stage's data path on real NQ questions (targets from ``extractor_targets``, examples built
-    as ``train.py`` builds them, prompts of ~1k tokens): a few LoRA steps lower the loss on them."""
+    as ``train.py`` builds them, prompts cut at 512 tokens, the pipeline test's 256 doubled): a few LoRA steps lower
+    the loss on them."""
     from omegaconf import OmegaConf
 
     from harness import resources
@@ -279,9 +280,9 @@ def test_extractor_sft_on_a_real_slice_lowers_the_loss(generator, nq5):
     from methods.compselect.train import extractor_targets
 
     lm = LoraLM(LM)
-    cfg = OmegaConf.create({"extractor": {"epsilon": 0.0, "match": "raw", "max_input_tokens": 1024}})
+    cfg = OmegaConf.create({"extractor": {"epsilon": 0.0, "match": "raw", "max_input_tokens": 512}})
     rows = extractor_targets(cfg, lm, resources.sentence_encoder(ENCODER), nq5)
-    data = [make_example(lm, extractor_input(lm, ex, 1024).messages, sentence_lines(r["texts"]))
+    data = [make_example(lm, extractor_input(lm, ex, 512).messages, sentence_lines(r["texts"]))
             for ex, r in zip(nq5, rows, strict=True) if r["target"]][:2]
     assert len(data) == 2 and all(len(e.prompt) > 300 and len(e.target) > 5 for e in data)
     _, report = train_lora(generator.model, data, data, r=8, alpha=16, dropout=0.0,

@@ -73,7 +73,7 @@ def test_a_tiny_training_run_writes_an_adapter_exit_loads(tmp_path, generator):
             f"out_dir={tmp_path / 'classifier'}", f"data.root={DATA}", "progress=false", "kind=lm", f"model={LM}",
             "max_length=1024", "data.questions={nq: 6, triviaqa: 0, hotpotqa: 0}", "data.val_fraction=0.5",
             "data.val_questions=0", "data.max_positives=2", "data.negatives_per_positive=1",
-            "grad_accum=2", "eval_every=1", "save_every=1",
+            "grad_accum=2", "eval_every=2", "save_every=1",
         ])
     m = run(cfg)
     assert m["questions"] == {"train": 3, "val": 3} and 0 < m["labels"]["train"]["questions"] <= 3

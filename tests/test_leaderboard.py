@@ -519,7 +519,9 @@ def test_publish_on_real_runs_of_the_embedded_generator(tmp_path):
     register_resolvers()
     with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base="1.3"):
         for m in ("naive", "full", "bm25"):
-            over = [f"method={m}", "dataset=nq", "limit=3", "progress=false"]
+            # one batch-1 latency example, no warm-up: the latency columns come from real timings at a fifth of
+            # the default pass's cost (3 + 2 answers again per run)
+            over = [f"method={m}", "dataset=nq", "limit=3", "progress=false", "latency.samples=1", "latency.warmup=0"]
             cfg = compose("config", overrides=over)
             run(cfg, tmp_path / "res" / "embedded" / cfg.generator.name / "nq" / m)
     publish(tmp_path / "res", tmp_path / "out", resamples=100)
