@@ -191,6 +191,28 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     report = (train_cross if cfg.kind == "cross_encoder" else train_lm)(cfg, rows, by_id, out)
     t_train = time.perf_counter() - t0
 
+    def write_manifest(found: dict[str, Any]) -> dict[str, Any]:
+        manifest = {
+            "what": f"EXIT classifier ({cfg.kind}) trained by methods/exit_train.py on answer-sentence labels",
+            "labels": {p: {"questions": len({r["id"] for r in rs}), "sentences": len(rs),
+                           "positive": sum(r["label"] for r in rs)} for p, rs in rows.items()},
+            "questions": {"train": len(train_q), "val": len(val_q)},
+            "data": {"files": hashes, "top_k": int(d.top_k), "rank": OmegaConf.to_container(d.rank)},
+            "train": report,
+            "validation_figures": found,
+            "model": resolve(cfg.model).describe(),
+            "seconds": {"train": round(t_train, 1), "total": round(time.perf_counter() - t0, 1)},
+            "config": provenance.redact(OmegaConf.to_container(cfg, resolve=True)),
+            "packages": provenance.package_versions(),
+            "git": provenance.git_commit(),
+            "hardware": provenance.hardware(),
+        }
+        (out.parent / "manifest.json").write_text(json.dumps(manifest, indent=1, ensure_ascii=False, default=str))
+        return manifest
+
+    # written at once, so that the training report survives if the figures below are interrupted (the zero-shot
+    # LM scores every sentence of the shown questions: minutes to half an hour when its calls are not cached)
+    write_manifest({})
     shown = val_q[: int(d.val_questions)]
     env = MethodEnv(count_tokens=lambda s: 0)
     found: dict[str, Any] = {}
@@ -205,23 +227,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         c.bind(env)
         found[label] = {"threshold": kw["threshold"], **figures(c, shown)}
     release(lambda m: m.info.get("adapter") == str(out))
-    manifest = {
-        "what": f"EXIT classifier ({cfg.kind}) trained by methods/exit_train.py on answer-sentence labels",
-        "labels": {p: {"questions": len({r["id"] for r in rs}), "sentences": len(rs),
-                       "positive": sum(r["label"] for r in rs)} for p, rs in rows.items()},
-        "questions": {"train": len(train_q), "val": len(val_q)},
-        "data": {"files": hashes, "top_k": int(d.top_k), "rank": OmegaConf.to_container(d.rank)},
-        "train": report,
-        "validation_figures": found,
-        "model": resolve(cfg.model).describe(),
-        "seconds": {"train": round(t_train, 1), "total": round(time.perf_counter() - t0, 1)},
-        "config": provenance.redact(OmegaConf.to_container(cfg, resolve=True)),
-        "packages": provenance.package_versions(),
-        "git": provenance.git_commit(),
-        "hardware": provenance.hardware(),
-    }
-    (out.parent / "manifest.json").write_text(json.dumps(manifest, indent=1, ensure_ascii=False, default=str))
-    return manifest
+    return write_manifest(found)
 
 
 @hydra.main(version_base="1.3", config_path=str(REPO_ROOT / "conf"), config_name="train/exit")
