@@ -14,6 +14,7 @@ from methods.compselect.labels import (
     order_by_similarity,
     pad_target,
     reranker_pairs,
+    reranker_positives,
     truncation_label,
 )
 from methods.compselect.parsing import map_clues, parse_lines, parse_truncation
@@ -157,6 +158,15 @@ def test_reranker_pairs_drop_all_or_none_positive():
     assert reranker_pairs(["a", "b", "c"], [True, False, False]) == [("a", "b"), ("a", "c")]
     assert reranker_pairs(["a", "b"], [True, True]) == []
     assert reranker_pairs(["a", "b"], [False, False]) == []
+
+
+def test_reranker_positives_rules():
+    correct, has_answer = [True, False, False], [False, True, False]
+    assert reranker_positives(correct, has_answer, "generator") == [True, False, False]  # the paper's
+    assert reranker_positives(correct, has_answer, "answer") == [False, True, False]
+    assert reranker_positives(correct, has_answer, "either") == [True, True, False]
+    with pytest.raises(ValueError, match="valid: generator, answer, either"):
+        reranker_positives(correct, has_answer, "gold")
 
 
 def test_cascade_flags():
@@ -312,6 +322,24 @@ def test_extractor_probe_recall_counts_only_eligible_questions():
              {"eligible": False, "recall1": None}]
     assert _recall(flags, [["a", "b"], ["c"], []]) == {
         "questions": 3, "eligible": 2, "recall1": 50.0, "clues": {0: 1, 1: 1, 2: 1}}
+
+
+def test_reranker_cv_hit_at_1_counts_questions_with_a_flagged_clue():
+    from methods.compselect.reranker_cv import _pooled, hit_at_1
+
+    rows = [
+        {"id": "a", "clues": [{"text": "x", "answer": False, "correct": False},
+                              {"text": "y", "answer": True, "correct": True}]},
+        {"id": "b", "clues": [{"text": "z", "answer": True, "correct": False},
+                              {"text": "w", "answer": False, "correct": False}]},
+    ]
+    questions = {"a": "qa", "b": "qb"}
+    # the extractor's order (first clue first): b's first clue holds the answer, a's does not
+    first = hit_at_1(rows, questions, lambda q, t: [-j for j in range(len(t))])
+    assert first == {"answer": [50.0, 2], "correct": [0.0, 1]}
+    last = hit_at_1(rows, questions, lambda q, t: list(range(len(t))))
+    assert last == {"answer": [50.0, 2], "correct": [100.0, 1]}
+    assert _pooled([first, last]) == {"answer": [50.0, 4], "correct": [50.0, 2]}
 
 
 def test_carried_stage_reports_are_marked_stale_when_their_weights_changed():

@@ -127,6 +127,27 @@ def train_reranker(
     return st, report
 
 
+def train_reranker_from_config(cfg, train: Sequence[Triplet], val: Sequence[Triplet]) -> tuple[Any, dict[str, Any]]:
+    """``train_reranker`` with a training config's ``reranker`` settings, ``seed`` and ``device``."""
+    from omegaconf import OmegaConf
+
+    rc = cfg.reranker
+    return train_reranker(
+        rc.base,
+        train,
+        val,
+        lora=OmegaConf.to_container(rc.lora) if rc.lora else None,
+        lr=float(rc.lr),
+        epochs=int(rc.epochs),
+        batch_size=int(rc.batch_size),
+        warmup_steps=int(rc.warmup_steps),
+        scale=float(rc.scale),
+        seed=int(cfg.seed),
+        max_seq_length=int(rc.max_seq_length),
+        device=cfg.device,
+    )
+
+
 def save_reranker(st, out_dir: str | Path, base_ref: str, lora: bool) -> Path:
     """A LoRA adapter folder (fp16 weights) or, without LoRA, the whole sentence-transformers model."""
     import torch

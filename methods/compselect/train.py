@@ -6,7 +6,8 @@ The CompSelect training pipeline (000 section 4; papers.md 3.11), configured by
 1. extractor targets (answer sentences + KNN within epsilon, ordered by similarity to the question) -> LoRA
    SFT;
 2. the trained extractor runs on disjoint labelling questions; each clue alone goes to the generator:
-   SubEM-correct clues are positives -> reranker (MultipleNegativesRankingLoss);
+   SubEM-correct clues are positives (``reranker.positives``: also those holding a gold answer) -> reranker
+   (MultipleNegativesRankingLoss);
 3. the clues reranked by the trained reranker; K = the smallest prefix the generator answers correctly from
    (0 when none) -> truncator LoRA SFT on the kept-prefix text (or on K, ``truncator.output=index``).
 
@@ -373,12 +374,12 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     from harness.lm import get_lm, release
     from harness.models import resolve
     from harness.runner import get_generator
-    from methods.compselect.labels import balance_empty, reranker_pairs
+    from methods.compselect.labels import POSITIVES, balance_empty, contains_answer, reranker_pairs, reranker_positives
     from methods.compselect.lora_lm import LoraLM, adapter_digest
     from methods.compselect.method import extractor_input
     from methods.compselect.parsing import map_clues
     from methods.compselect.prompts import sentence_lines, truncator_messages, truncator_target
-    from methods.compselect.rerank_train import save_reranker, train_reranker
+    from methods.compselect.rerank_train import save_reranker, train_reranker_from_config
     from methods.compselect.reranker import ClueReranker
     from methods.compselect.sft import make_example
 
@@ -396,6 +397,9 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     fallback = cfg.truncator.get("fallback")
     if fallback not in (None, "likelihood"):  # checked before hours of labelling, not after
         raise ValueError(f"truncator.fallback={fallback!r}; valid: null, likelihood")
+    positives = str(cfg.reranker.get("positives") or "generator")
+    if positives not in POSITIVES:
+        raise ValueError(f"reranker.positives={positives!r}; valid: {', '.join(POSITIVES)}")
     watch = Stopwatch()
     t_all, c_all = time.perf_counter(), time.process_time()
     manifest: dict[str, Any] = {"created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "seed": int(cfg.seed)}
@@ -479,18 +483,23 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         items = [(i, c) for i in label_ids for c in clues[i]]
         verdicts = labeller.correct([(by_id[i].question, [c.text], by_id[i].answers) for i, c in items])
         ok = {(i, c.source): v for (i, c), v in zip(items, verdicts, strict=True)}
-    rer_rows, triplets = [], {"train": [], "val": []}
+    rer_rows, triplets, n_positive = [], {"train": [], "val": []}, 0
     for part in ("train", "val"):
         for i in splits["labels"][part]:
             texts = [c.text for c in clues[i]]
             flags = [ok[(i, c.source)] for c in clues[i]]
-            pairs = reranker_pairs(texts, flags)
+            has = [contains_answer(t, by_id[i].answers, cfg.extractor.match) for t in texts]
+            pos = reranker_positives(flags, has, positives)
+            n_positive += sum(pos)
+            pairs = reranker_pairs(texts, pos)
             triplets[part] += [(by_id[i].question, p, n) for p, n in pairs]
             rer_rows.append(
                 {
                     "id": i,
                     "part": part,
-                    "clues": [{"text": t, "correct": f} for t, f in zip(texts, flags, strict=True)],
+                    "clues": [
+                        {"text": t, "correct": f, "answer": a} for t, f, a in zip(texts, flags, has, strict=True)
+                    ],
                     "pairs": len(pairs),
                 }
             )
@@ -498,29 +507,17 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     rer_stats = {
         "questions": len(rer_rows),
         "clues": len(items),
-        "positive_clues": int(sum(verdicts)),
+        "positives": positives,
+        "positive_clues": n_positive,
+        "generator_correct_clues": int(sum(verdicts)),
+        "answer_clues": sum(c["answer"] for r in rer_rows for c in r["clues"]),
         "questions_kept": sum(r["pairs"] > 0 for r in rer_rows),
         "no_clue_questions": sum(not r["clues"] for r in rer_rows),
     }
     if "reranker" in stages:
         with watch("reranker_train"):
-            rc = cfg.reranker
-            lora = OmegaConf.to_container(rc.lora) if rc.lora else None
-            st, report = train_reranker(
-                rc.base,
-                triplets["train"],
-                triplets["val"],
-                lora=lora,
-                lr=float(rc.lr),
-                epochs=int(rc.epochs),
-                batch_size=int(rc.batch_size),
-                warmup_steps=int(rc.warmup_steps),
-                scale=float(rc.scale),
-                seed=int(cfg.seed),
-                max_seq_length=int(rc.max_seq_length),
-                device=cfg.device,
-            )
-            save_reranker(st, out / "reranker", rc.base, bool(lora))
+            st, report = train_reranker_from_config(cfg, triplets["train"], triplets["val"])
+            save_reranker(st, out / "reranker", cfg.reranker.base, bool(cfg.reranker.lora))
             manifest["reranker"] = {"labels": rer_stats, "train": report}
             del st
 

@@ -1,0 +1,120 @@
+"""``python -m methods.compselect.reranker_cv <reranker_labels.jsonl> [--rules generator,answer] [--folds 3]``
+
+Which clues should the reranker learn to put first? k-fold cross-validation of the positive rules of
+``labels.reranker_positives`` on the labelling-train questions of a training run's ``reranker_labels.jsonl``
+(their clues and generator verdicts as labelled; validation questions and test questions are never read). For
+each rule and fold a reranker is trained as ``conf/train/compselect.yaml`` says (MiniLM + LoRA, the same
+settings) on the other folds' triplets and scores the held-out questions' clues; reported is Hit@1, the share of
+held-out questions whose top clue holds a gold answer (``ans``, among questions with such a clue) or makes the
+generator answer alone (``correct``, among questions with such a clue: with the truncator's K=1 this is the
+generator's SubEM). The extractor's order and the un-tuned MiniLM are the baselines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from methods.compselect.probe_data import DEFAULT_DATA, train_examples
+
+Scorer = Callable[[str, Sequence[str]], Sequence[float]]
+
+
+def hit_at_1(rows: Sequence[dict], questions: dict[str, str], score: Scorer) -> dict[str, list]:
+    """Hit@1 (percent) and the number of questions counted, for the ``answer`` and ``correct`` flags."""
+    out = {}
+    for key in ("answer", "correct"):
+        hits = []
+        for r in rows:
+            flags = [c[key] for c in r["clues"]]
+            if any(flags):
+                s = list(score(questions[r["id"]], [c["text"] for c in r["clues"]]))
+                hits.append(flags[max(range(len(s)), key=lambda j: (s[j], -j))])
+        out[key] = [round(100 * sum(hits) / max(len(hits), 1), 1), len(hits)]
+    return out
+
+
+def _cosine(st) -> Scorer:
+    def score(q: str, texts: Sequence[str]) -> Sequence[float]:
+        emb = st.encode([q, *texts], normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False)
+        return list(emb[1:] @ emb[0])
+
+    return score
+
+
+def _pooled(parts: list[dict[str, list]]) -> dict[str, list]:
+    return {
+        k: [
+            round(sum(p[k][0] * p[k][1] for p in parts) / max(sum(p[k][1] for p in parts), 1), 1),
+            sum(p[k][1] for p in parts),
+        ]
+        for k in ("answer", "correct")
+    }
+
+
+def main(argv: list[str] | None = None) -> dict:
+    import torch
+    from hydra import compose, initialize_config_dir
+
+    from harness.config import register_resolvers
+    from harness.provenance import REPO_ROOT
+    from methods.compselect.labels import contains_answer, reranker_pairs, reranker_positives
+    from methods.compselect.rerank_train import train_reranker_from_config
+    from methods.compselect.reranker import load_sentence_model
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("labels")
+    ap.add_argument("--rules", default="generator,answer")
+    ap.add_argument("--folds", type=int, default=3)
+    ap.add_argument("--seed", type=int, default=0, help="the fold assignment's")
+    ap.add_argument("--limit", type=int, default=None, help="the first N labelling-train questions (smoke tests)")
+    ap.add_argument("--data", default=DEFAULT_DATA)
+    args = ap.parse_args(argv)
+    register_resolvers()
+    with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base="1.3"):
+        cfg = compose("train/compselect")
+    torch.set_num_threads(int(cfg.threads))
+    rc = cfg.reranker
+    examples = train_examples(args.data)
+    rows = [json.loads(x) for x in Path(args.labels).read_text().splitlines()]
+    rows = [r for r in rows if r["part"] == "train" and r["clues"]][: args.limit]
+    for r in rows:  # labels written before the ``answer`` flag was recorded get it here
+        for c in r["clues"]:
+            c.setdefault("answer", contains_answer(c["text"], examples[r["id"]].answers, cfg.extractor.match))
+    questions = {r["id"]: examples[r["id"]].question for r in rows}
+    ids = [r["id"] for r in rows]
+    random.Random(args.seed).shuffle(ids)
+    fold = {i: k % args.folds for k, i in enumerate(ids)}
+    report: dict = {
+        "labels": args.labels,
+        "questions": len(rows),
+        "folds": args.folds,
+        "extractor_order": hit_at_1(rows, questions, lambda q, t: [-j for j in range(len(t))]),
+        "untuned": hit_at_1(rows, questions, _cosine(load_sentence_model(rc.base, cfg.device, int(rc.max_seq_length)))),
+    }
+    print(json.dumps(report), flush=True)
+    for rule in args.rules.split(","):
+        parts = []
+        for k in range(args.folds):
+            triplets = [
+                (questions[r["id"]], p, n)
+                for r in rows
+                if fold[r["id"]] != k
+                for p, n in reranker_pairs(
+                    [c["text"] for c in r["clues"]],
+                    reranker_positives([c["correct"] for c in r["clues"]], [c["answer"] for c in r["clues"]], rule),
+                )
+            ]
+            st, _ = train_reranker_from_config(cfg, triplets, [])
+            parts.append(hit_at_1([r for r in rows if fold[r["id"]] == k], questions, _cosine(st)))
+            print(json.dumps({"rule": rule, "fold": k, "triplets": len(triplets), **parts[-1]}), flush=True)
+        report[rule] = _pooled(parts)
+        print(json.dumps({"rule": rule, **report[rule]}), flush=True)
+    return report
+
+
+if __name__ == "__main__":
+    main()
