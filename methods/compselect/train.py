@@ -6,8 +6,8 @@ The CompSelect training pipeline (000 section 4; papers.md 3.11), configured by
 1. extractor targets (answer sentences + KNN within epsilon, ordered by similarity to the question) -> LoRA
    SFT;
 2. the trained extractor runs on disjoint labelling questions; each clue alone goes to the generator:
-   SubEM-correct clues are positives (``reranker.positives``: also those holding a gold answer) -> reranker
-   (MultipleNegativesRankingLoss);
+   SubEM-correct clues are positives (``reranker.positives=answer|either``: those holding a gold answer; tried,
+   not adopted) -> reranker (MultipleNegativesRankingLoss);
 3. the clues reranked by the trained reranker; K = the smallest prefix the generator answers correctly from
    (0 when none) -> truncator LoRA SFT on the kept-prefix text (or on K, ``truncator.output=index``).
 
