@@ -25,24 +25,25 @@ Scorer = Callable[[str, Sequence[str]], Sequence[float]]
 
 def hit_at_1(rows: Sequence[dict], questions: dict[str, str], score: Scorer) -> dict[str, list]:
     """Hit@1 (percent) and the number of questions counted, for the ``answer`` and ``correct`` flags."""
-    out = {}
-    for key in ("answer", "correct"):
-        hits = []
-        for r in rows:
-            flags = [c[key] for c in r["clues"]]
-            if any(flags):
-                s = list(score(questions[r["id"]], [c["text"] for c in r["clues"]]))
-                hits.append(flags[max(range(len(s)), key=lambda j: (s[j], -j))])
-        out[key] = [round(100 * sum(hits) / max(len(hits), 1), 1), len(hits)]
-    return out
+    hits: dict[str, list[bool]] = {"answer": [], "correct": []}
+    for r in rows:
+        if not any(c[key] for c in r["clues"] for key in hits):
+            continue
+        s = list(score(questions[r["id"]], [c["text"] for c in r["clues"]]))  # once per question
+        top = r["clues"][max(range(len(s)), key=lambda j: (s[j], -j))]
+        for key, h in hits.items():
+            if any(c[key] for c in r["clues"]):
+                h.append(top[key])
+    return {key: [round(100 * sum(h) / max(len(h), 1), 1), len(h)] for key, h in hits.items()}
 
 
-def _cosine(st) -> Scorer:
-    def score(q: str, texts: Sequence[str]) -> Sequence[float]:
-        emb = st.encode([q, *texts], normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False)
-        return list(emb[1:] @ emb[0])
+def _cosine(st, base: str) -> Scorer:
+    """``ClueReranker.score`` (cosine of question and clue) with an in-memory sentence model."""
+    from methods.compselect.reranker import ClueReranker
 
-    return score
+    reranker = ClueReranker(base)
+    reranker.model = st
+    return reranker.score
 
 
 def _pooled(parts: list[dict[str, list]]) -> dict[str, list]:
@@ -88,12 +89,13 @@ def main(argv: list[str] | None = None) -> dict:
     ids = [r["id"] for r in rows]
     random.Random(args.seed).shuffle(ids)
     fold = {i: k % args.folds for k, i in enumerate(ids)}
+    untuned = load_sentence_model(rc.base, cfg.device, int(rc.max_seq_length))
     report: dict = {
         "labels": args.labels,
         "questions": len(rows),
         "folds": args.folds,
         "extractor_order": hit_at_1(rows, questions, lambda q, t: [-j for j in range(len(t))]),
-        "untuned": hit_at_1(rows, questions, _cosine(load_sentence_model(rc.base, cfg.device, int(rc.max_seq_length)))),
+        "untuned": hit_at_1(rows, questions, _cosine(untuned, rc.base)),
     }
     print(json.dumps(report), flush=True)
     for rule in args.rules.split(","):
@@ -109,7 +111,7 @@ def main(argv: list[str] | None = None) -> dict:
                 )
             ]
             st, _ = train_reranker_from_config(cfg, triplets, [])
-            parts.append(hit_at_1([r for r in rows if fold[r["id"]] == k], questions, _cosine(st)))
+            parts.append(hit_at_1([r for r in rows if fold[r["id"]] == k], questions, _cosine(st, rc.base)))
             print(json.dumps({"rule": rule, "fold": k, "triplets": len(triplets), **parts[-1]}), flush=True)
         report[rule] = _pooled(parts)
         print(json.dumps({"rule": rule, **report[rule]}), flush=True)
