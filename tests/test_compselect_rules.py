@@ -3,6 +3,8 @@ flags."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -15,11 +17,12 @@ from methods.compselect.labels import (
     pad_target,
     reranker_pairs,
     reranker_positives,
+    target_triplets,
     truncation_label,
 )
 from methods.compselect.parsing import map_clues, parse_lines, parse_truncation
 from methods.compselect.prompts import truncator_target
-from methods.compselect.train import likelihood_fallback, truncation_labels
+from methods.compselect.train import clues_from_labels, likelihood_fallback, truncation_labels
 
 SOURCES = [
     "Paris is the capital and most populous city of France.",
@@ -167,6 +170,20 @@ def test_reranker_positives_rules():
     assert reranker_positives(correct, has_answer, "either") == [True, True, False]
     with pytest.raises(ValueError, match="valid: generator, answer, either"):
         reranker_positives(correct, has_answer, "gold")
+
+
+def test_target_triplets_pair_answer_sentences_with_the_rest_of_the_target():
+    # the target lists a KNN addition (7) before the answer sentence (3); padding (9, 1) after
+    row = {"id": "q1", "target": [7, 3, 9, 1], "answer_sentences": [3], "texts": ["k", "ans", "p1", "p2"]}
+    no_answer = {"id": "q2", "target": [], "answer_sentences": []}
+    only_answers = {"id": "q3", "target": [0, 2], "answer_sentences": [0, 2], "texts": ["a", "b"]}
+    questions = {"q1": "Q1?", "q2": "Q2?", "q3": "Q3?"}
+    every = target_triplets([row, no_answer, only_answers], questions, 5, seed=0)
+    assert sorted(every) == [("Q1?", "ans", "k"), ("Q1?", "ans", "p1"), ("Q1?", "ans", "p2")]
+    two = target_triplets([row], questions, 2, seed=0)
+    assert len(two) == 2 and set(two) <= set(every)
+    assert two == target_triplets([row], questions, 2, seed=0)  # seeded
+    assert target_triplets([row], questions, 0, seed=0) == []  # off: the paper's labelling questions only
 
 
 def test_cascade_flags():
@@ -352,3 +369,17 @@ def test_carried_stage_reports_are_marked_stale_when_their_weights_changed():
     assert set(got) == {"reranker", "truncator"}
     assert "stale" in got["reranker"] and got["reranker"]["train"] == {"steps": 56}
     assert "stale" not in got["truncator"] and got["truncator"] == prev["truncator"]
+
+
+def test_reranker_labels_from_an_earlier_run_give_its_clues_and_verdicts(tmp_path):
+    labels = tmp_path / "reranker_labels.jsonl"
+    rows = [
+        {"id": "a", "part": "train", "clues": [{"text": "x", "correct": False}, {"text": "y", "correct": True}]},
+        {"id": "b", "part": "val", "clues": []},
+    ]
+    labels.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    clues, ok = clues_from_labels(labels, ["b", "a"])
+    assert [c.text for c in clues["a"]] == ["x", "y"] and clues["b"] == []
+    assert [ok[("a", c.source)] for c in clues["a"]] == [False, True]
+    with pytest.raises(ValueError, match=r"1 labelling questions missing \(first: c\)"):
+        clues_from_labels(labels, ["a", "c"])

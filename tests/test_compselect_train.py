@@ -63,6 +63,20 @@ def test_training_pipeline_on_a_small_slice_and_its_rerun_replays_every_call(tmp
         assert m2["lm_calls"]["replayed"] == m2["lm_calls"]["generator"] + m2["lm_calls"]["extractor"]
         assert not m2["lm_calls"]["extractor_engine_started"]  # every extractor call replayed: no engine started
         assert m2["extractor"] == m["extractor"] and m2["reranker"] == m["reranker"]  # kept, not re-run
+        # the reranker re-trained on these labels, no LM call, plus triplets from the extractor's own targets
+        rer_file = out / "labels" / "reranker_labels.jsonl"
+        before = rer_file.read_text()
+        redo = compose(out, ["stages=[reranker]", f"reranker.labels_from={rer_file}", "reranker.extractor_triplets=1"])
+        OmegaConf.update(redo, "data.extractor", {"nq": 10}, merge=False)
+        OmegaConf.update(redo, "data.labels", {"nq": 6}, merge=False)
+        m4 = train.run(redo)
+        assert m4["lm_calls"]["extractor"] == 0 and rer_file.read_text() == before
+        labels4 = m4["reranker"]["labels"]
+        same = ("questions", "clues", "positive_clues", "generator_correct_clues", "answer_clues", "questions_kept")
+        assert {k: labels4[k] for k in same} == {k: m["reranker"]["labels"][k] for k in same}
+        assert 0 < labels4["extractor_triplet_count"] == labels4["extractor_triplet_questions"] <= 10
+        assert m4["reranker"]["train"]["train_triplets"] == (
+            m["reranker"]["train"]["train_triplets"] + labels4["extractor_triplet_count"])
         # the extractor trained elsewhere: export its examples, train them with sft_file, import the adapter
         from harness.lm import sft_file
 

@@ -17,6 +17,11 @@
   fourth set's labels, a 135M reader answers from one clue on 109 of 515 labelling questions, and 43 of its 164
   correct clues hold no answer; the answer test gives 239 questions with both kinds. Cross-validated
   (``reranker_cv``), it is no better than the paper's rule, so neither config uses it (methods/compselect/README.md).
+- Reranker triplets from the extractor's own training questions (a departure, ``reranker.extractor_triplets``, off
+  by default): for each of them up to that many (answer sentence, non-answer sentence) pairs of its extractor
+  target (``target_triplets``), added to the generator-labelled triplets. The paper trains the reranker on the
+  labelling questions alone; with a 135M reader those give about 300 triplets from 122 questions. Ten times as
+  many cross-validated no better (``reranker_cv --extractor-triplets 2``), so neither config uses it.
 - Truncator label: ``K = argmin_k {k : Correct(q, D_k)}`` over the prefixes ``D_k`` of the reranked clues (Eq.
   10), 0 (the empty set) when no prefix is correct. The authors' code scans k = n..1 and stops at the first
   correct prefix, i.e. returns the *largest* correct k; it is kept as ``scan="authors_code"`` for comparison
@@ -132,6 +137,27 @@ def reranker_pairs(clues: Sequence[str], positive: Sequence[bool]) -> list[tuple
     if not pos or not neg:
         return []
     return [(p, n) for p in pos for n in neg]
+
+
+def target_triplets(
+    rows: Sequence[dict], questions: dict[str, str], per_question: int, seed: int
+) -> list[tuple[str, str, str]]:
+    """Reranker triplets from extractor target rows (``extractor_targets.jsonl``: ``target`` indices,
+    ``answer_sentences``, ``texts``): per row up to ``per_question`` (question, answer sentence, other target
+    sentence), drawn (seeded) from every positive x negative pair; none from a row without an answer sentence
+    or without another sentence."""
+    rng = random.Random(seed)
+    out: list[tuple[str, str, str]] = []
+    for row in rows:
+        if per_question <= 0 or not row.get("texts"):
+            continue
+        seeds = set(row["answer_sentences"])
+        pos = [t for i, t in zip(row["target"], row["texts"], strict=True) if i in seeds]
+        neg = [t for i, t in zip(row["target"], row["texts"], strict=True) if i not in seeds]
+        pairs = [(p, n) for p in pos for n in neg]
+        rng.shuffle(pairs)
+        out += [(questions[row["id"]], p, n) for p, n in pairs[:per_question]]
+    return out
 
 
 def balance_empty(ids: Sequence[str], k: dict[str, int], ratio: float | None, seed: int) -> list[str]:

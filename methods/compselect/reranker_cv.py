@@ -8,6 +8,10 @@ settings) on the other folds' triplets and scores the held-out questions' clues;
 held-out questions whose top clue holds a gold answer (``ans``, among questions with such a clue) or makes the
 generator answer alone (``correct``, among questions with such a clue: with the truncator's K=1 this is the
 generator's SubEM). The extractor's order and the un-tuned MiniLM are the baselines.
+
+``--extractor-triplets N`` adds to every fold's training triplets the ``reranker.extractor_triplets`` ones (N per
+extractor question, from ``extractor_targets.jsonl`` beside the labels; those questions are disjoint from the
+labelling questions, so the held-out folds stay unseen).
 """
 
 from __future__ import annotations
@@ -62,7 +66,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     from harness.config import register_resolvers
     from harness.provenance import REPO_ROOT
-    from methods.compselect.labels import contains_answer, reranker_pairs, reranker_positives
+    from methods.compselect.labels import contains_answer, reranker_pairs, reranker_positives, target_triplets
     from methods.compselect.rerank_train import train_reranker_from_config
     from methods.compselect.reranker import load_sentence_model
 
@@ -73,6 +77,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--seed", type=int, default=0, help="the fold assignment's")
     ap.add_argument("--limit", type=int, default=None, help="the first N labelling-train questions (smoke tests)")
     ap.add_argument("--data", default=DEFAULT_DATA)
+    ap.add_argument("--extractor-triplets", type=int, default=None,
+                    help="per extractor question (default: the training config's reranker.extractor_triplets)")
     args = ap.parse_args(argv)
     register_resolvers()
     with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base="1.3"):
@@ -86,6 +92,16 @@ def main(argv: list[str] | None = None) -> dict:
         for c in r["clues"]:
             c.setdefault("answer", contains_answer(c["text"], examples[r["id"]].answers, cfg.extractor.match))
     questions = {r["id"]: examples[r["id"]].question for r in rows}
+    per_question = args.extractor_triplets
+    if per_question is None:
+        per_question = int(rc.get("extractor_triplets") or 0)
+    extra = []
+    if per_question:
+        target_file = Path(args.labels).parent / "extractor_targets.jsonl"
+        targets = [json.loads(x) for x in target_file.read_text().splitlines()]
+        if {t["id"] for t in targets} & set(questions):
+            raise ValueError("extractor_targets.jsonl shares questions with the labelling questions")
+        extra = target_triplets(targets, {i: e.question for i, e in examples.items()}, int(per_question), int(cfg.seed))
     ids = [r["id"] for r in rows]
     random.Random(args.seed).shuffle(ids)
     fold = {i: k % args.folds for k, i in enumerate(ids)}
@@ -94,6 +110,7 @@ def main(argv: list[str] | None = None) -> dict:
         "labels": args.labels,
         "questions": len(rows),
         "folds": args.folds,
+        "extractor_triplets": [int(per_question), len(extra)],
         "extractor_order": hit_at_1(rows, questions, lambda q, t: [-j for j in range(len(t))]),
         "untuned": hit_at_1(rows, questions, _cosine(untuned, rc.base)),
     }
@@ -110,7 +127,7 @@ def main(argv: list[str] | None = None) -> dict:
                     reranker_positives([c["correct"] for c in r["clues"]], [c["answer"] for c in r["clues"]], rule),
                 )
             ]
-            st, _ = train_reranker_from_config(cfg, triplets, [])
+            st, _ = train_reranker_from_config(cfg, triplets + extra, [])
             parts.append(hit_at_1([r for r in rows if fold[r["id"]] == k], questions, _cosine(st, rc.base)))
             print(json.dumps({"rule": rule, "fold": k, "triplets": len(triplets), **parts[-1]}), flush=True)
         report[rule] = _pooled(parts)

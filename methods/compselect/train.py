@@ -178,6 +178,23 @@ def likelihood_fallback(
     return [likelihood_label(per[i]) if i in per else k for i, k in enumerate(ks)], [per.get(i) for i in range(len(ks))]
 
 
+def clues_from_labels(path: Path, label_ids: Sequence[str]) -> tuple[dict[str, list], dict[tuple[str, int], bool]]:
+    """The clues (in the extractor's order) and generator verdicts of ``label_ids`` as an earlier run's
+    ``reranker_labels.jsonl`` recorded them (``reranker.labels_from``): a reranker re-trained on them needs no
+    extractor or generator call, and its labels are those of the run that wrote the file. The clues' ``source``
+    is their position in the file (the sentence indices are not recorded)."""
+    from methods.compselect.parsing import Clue
+
+    rows = {r["id"]: r for r in map(json.loads, path.read_text().splitlines())}
+    missing = [i for i in label_ids if i not in rows]
+    if missing:
+        raise ValueError(f"reranker.labels_from={path}: {len(missing)} labelling questions missing (first: "
+                         f"{missing[0]}); it must come from a run with the same data and splits")
+    clues = {i: [Clue(j, c["text"], c["text"], 1.0) for j, c in enumerate(rows[i]["clues"])] for i in label_ids}
+    ok = {(i, j): bool(c["correct"]) for i in label_ids for j, c in enumerate(rows[i]["clues"])}
+    return clues, ok
+
+
 def extractor_targets(cfg: DictConfig, lm, encoder, examples: Sequence) -> list[dict[str, Any]]:
     """Per example: the prompt's shown sentences, S^a, the KNN additions and the ordered target (flat
     indices)."""
@@ -374,7 +391,14 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     from harness.lm import get_lm, release
     from harness.models import resolve
     from harness.runner import get_generator
-    from methods.compselect.labels import POSITIVES, balance_empty, contains_answer, reranker_pairs, reranker_positives
+    from methods.compselect.labels import (
+        POSITIVES,
+        balance_empty,
+        contains_answer,
+        reranker_pairs,
+        reranker_positives,
+        target_triplets,
+    )
     from methods.compselect.lora_lm import LoraLM, adapter_digest
     from methods.compselect.method import extractor_input
     from methods.compselect.parsing import map_clues
@@ -467,22 +491,32 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             "train": evaluated_afterwards(lm, tuned, "extractor", ext_examples(targets["val"])),
         }
     label_ids = splits["labels"]["train"] + splits["labels"]["val"]
-    with watch("extract_label_questions"):
-        extractor_path = str(out / "extractor")
-        # lazy: a re-run whose extractor calls all replay never starts the merged extractor's engine
-        infer = get_lm(cfg.lm, engine=cfg.engine, dtype=cfg.inference_dtype, adapter=extractor_path,
-                       device=cfg.device, lazy=True)
-        running_before = infer.started
-        inputs = [extractor_input(infer, by_id[i], int(cfg.extractor.max_input_tokens)) for i in label_ids]
-        outs = [o.text.strip() for o in infer.generate([x.messages for x in inputs],
-                                                       int(cfg.extractor.max_new_tokens))]
-        extractor_started = infer.started and not running_before  # whether this run had to start it
-        release(lambda m: m.info.get("adapter") == extractor_path)  # its engine's memory back before training
-        clues = {i: map_clues(o, x.sentences[: x.shown])[0] for i, o, x in zip(label_ids, outs, inputs, strict=True)}
-    with watch("reranker_labels"):
-        items = [(i, c) for i in label_ids for c in clues[i]]
-        verdicts = labeller.correct([(by_id[i].question, [c.text], by_id[i].answers) for i, c in items])
-        ok = {(i, c.source): v for (i, c), v in zip(items, verdicts, strict=True)}
+    labels_from = cfg.reranker.get("labels_from")
+    extractor_started = False
+    if labels_from:  # an earlier run's clues and verdicts: no extractor or generator call
+        with watch("reranker_labels"):
+            clues, ok = clues_from_labels(Path(labels_from), label_ids)
+            items = [(i, c) for i in label_ids for c in clues[i]]
+            verdicts = [ok[(i, c.source)] for i, c in items]
+    else:
+        with watch("extract_label_questions"):
+            extractor_path = str(out / "extractor")
+            # lazy: a re-run whose extractor calls all replay never starts the merged extractor's engine
+            infer = get_lm(cfg.lm, engine=cfg.engine, dtype=cfg.inference_dtype, adapter=extractor_path,
+                           device=cfg.device, lazy=True)
+            running_before = infer.started
+            inputs = [extractor_input(infer, by_id[i], int(cfg.extractor.max_input_tokens)) for i in label_ids]
+            outs = [o.text.strip() for o in infer.generate([x.messages for x in inputs],
+                                                           int(cfg.extractor.max_new_tokens))]
+            extractor_started = infer.started and not running_before  # whether this run had to start it
+            release(lambda m: m.info.get("adapter") == extractor_path)  # its engine's memory back before training
+            clues = {
+                i: map_clues(o, x.sentences[: x.shown])[0] for i, o, x in zip(label_ids, outs, inputs, strict=True)
+            }
+        with watch("reranker_labels"):
+            items = [(i, c) for i in label_ids for c in clues[i]]
+            verdicts = labeller.correct([(by_id[i].question, [c.text], by_id[i].answers) for i, c in items])
+            ok = {(i, c.source): v for (i, c), v in zip(items, verdicts, strict=True)}
     rer_rows, triplets, n_positive = [], {"train": [], "val": []}, 0
     for part in ("train", "val"):
         for i in splits["labels"][part]:
@@ -504,6 +538,12 @@ def run(cfg: DictConfig) -> dict[str, Any]:
                 }
             )
     write_jsonl(out / "labels" / "reranker_labels.jsonl", rer_rows)
+    per_question = int(cfg.reranker.get("extractor_triplets") or 0)
+    extra: list[tuple[str, str, str]] = []
+    if per_question:  # a departure (labels.py): answer / non-answer pairs of the extractor questions' targets,
+        # from the file the extractor was trained on (left as it is above)
+        target_rows = [json.loads(x) for x in (out / "labels" / "extractor_targets.jsonl").read_text().splitlines()]
+        extra = target_triplets(target_rows, {i: by_id[i].question for i in by_id}, per_question, int(cfg.seed))
     rer_stats = {
         "questions": len(rer_rows),
         "clues": len(items),
@@ -513,10 +553,14 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         "answer_clues": sum(c["answer"] for r in rer_rows for c in r["clues"]),
         "questions_kept": sum(r["pairs"] > 0 for r in rer_rows),
         "no_clue_questions": sum(not r["clues"] for r in rer_rows),
+        "labels_from": str(labels_from) if labels_from else None,
+        "extractor_triplets": per_question,
+        "extractor_triplet_count": len(extra),
+        "extractor_triplet_questions": len({t[0] for t in extra}),
     }
     if "reranker" in stages:
         with watch("reranker_train"):
-            st, report = train_reranker_from_config(cfg, triplets["train"], triplets["val"])
+            st, report = train_reranker_from_config(cfg, triplets["train"] + extra, triplets["val"])
             save_reranker(st, out / "reranker", cfg.reranker.base, bool(cfg.reranker.lora))
             manifest["reranker"] = {"labels": rer_stats, "train": report}
             del st
@@ -624,7 +668,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             "lm_calls": {
                 "cache": str(lm_cache.cache_path()) if lm_cache.enabled() else None,
                 "generator": labeller.calls + nll_labeller.calls,
-                "extractor": len(label_ids),
+                "extractor": 0 if labels_from else len(label_ids),
                 "extractor_engine_started": extractor_started,
                 "replayed": lm_cache.REPLAYS.calls - replays_before,
             },
