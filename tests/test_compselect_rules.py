@@ -383,3 +383,18 @@ def test_reranker_labels_from_an_earlier_run_give_its_clues_and_verdicts(tmp_pat
     assert [ok[("a", c.source)] for c in clues["a"]] == [False, True]
     with pytest.raises(ValueError, match=r"1 labelling questions missing \(first: c\)"):
         clues_from_labels(labels, ["a", "c"])
+
+
+def test_reranker_labels_from_refuses_a_run_that_retrains_the_extractor(tmp_path):
+    from hydra import compose, initialize_config_dir
+
+    from harness.config import register_resolvers
+    from methods.compselect import train
+    from tests.conftest import REPO
+
+    register_resolvers()
+    with initialize_config_dir(str(REPO / "conf"), version_base="1.3"):
+        cfg = compose("train/compselect", overrides=[f"out_dir={tmp_path}", "stages=[extractor,reranker]",
+                                                     f"reranker.labels_from={tmp_path / 'r.jsonl'}"])
+    with pytest.raises(ValueError, match="re-uses an earlier extractor's clues"):
+        train.run(cfg)  # before any model or data is loaded

@@ -63,7 +63,7 @@ def test_training_pipeline_on_a_small_slice_and_its_rerun_replays_every_call(tmp
         assert m2["lm_calls"]["replayed"] == m2["lm_calls"]["generator"] + m2["lm_calls"]["extractor"]
         assert not m2["lm_calls"]["extractor_engine_started"]  # every extractor call replayed: no engine started
         assert m2["extractor"] == m["extractor"] and m2["reranker"] == m["reranker"]  # kept, not re-run
-        # the reranker re-trained on these labels, no LM call, plus triplets from the extractor's own targets
+        # the reranker re-trained on these labels (no extractor call), plus triplets from the extractor's own targets
         rer_file = out / "labels" / "reranker_labels.jsonl"
         before = rer_file.read_text()
         redo = compose(out, ["stages=[reranker]", f"reranker.labels_from={rer_file}", "reranker.extractor_triplets=1"])

@@ -17,11 +17,12 @@
   fourth set's labels, a 135M reader answers from one clue on 109 of 515 labelling questions, and 43 of its 164
   correct clues hold no answer; the answer test gives 239 questions with both kinds. Cross-validated
   (``reranker_cv``), it is no better than the paper's rule, so neither config uses it (methods/compselect/README.md).
-- Reranker triplets from the extractor's own training questions (a departure, ``reranker.extractor_triplets``, off
-  by default): for each of them up to that many (answer sentence, non-answer sentence) pairs of its extractor
-  target (``target_triplets``), added to the generator-labelled triplets. The paper trains the reranker on the
-  labelling questions alone; with a 135M reader those give about 300 triplets from 122 questions. Ten times as
-  many cross-validated no better (``reranker_cv --extractor-triplets 2``), so neither config uses it.
+- Reranker triplets from the extractor's own questions, training and validation (a departure,
+  ``reranker.extractor_triplets``, off by default): for each of them up to that many (answer sentence, other
+  target sentence) pairs of its extractor target (``target_triplets``), added to the generator-labelled triplets.
+  The paper trains the reranker on the labelling questions alone; with a 135M reader those give about 300
+  triplets from 122 questions. 1,942 more (N=2) cross-validated no better (``reranker_cv --extractor-triplets
+  2``), so neither config uses it.
 - Truncator label: ``K = argmin_k {k : Correct(q, D_k)}`` over the prefixes ``D_k`` of the reranked clues (Eq.
   10), 0 (the empty set) when no prefix is correct. The authors' code scans k = n..1 and stops at the first
   correct prefix, i.e. returns the *largest* correct k; it is kept as ``scan="authors_code"`` for comparison

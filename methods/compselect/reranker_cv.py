@@ -129,7 +129,8 @@ def main(argv: list[str] | None = None) -> dict:
             ]
             st, _ = train_reranker_from_config(cfg, triplets + extra, [])
             parts.append(hit_at_1([r for r in rows if fold[r["id"]] == k], questions, _cosine(st, rc.base)))
-            print(json.dumps({"rule": rule, "fold": k, "triplets": len(triplets), **parts[-1]}), flush=True)
+            print(json.dumps({"rule": rule, "fold": k, "triplets": len(triplets), "extra": len(extra), **parts[-1]}),
+                  flush=True)
         report[rule] = _pooled(parts)
         print(json.dumps({"rule": rule, **report[rule]}), flush=True)
     return report

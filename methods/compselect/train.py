@@ -422,6 +422,9 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     if fallback not in (None, "likelihood"):  # checked before hours of labelling, not after
         raise ValueError(f"truncator.fallback={fallback!r}; valid: null, likelihood")
     positives = str(cfg.reranker.get("positives") or "generator")
+    labels_from = cfg.reranker.get("labels_from")
+    if labels_from and "extractor" in stages:  # its clues came from the extractor this run replaces
+        raise ValueError("reranker.labels_from re-uses an earlier extractor's clues: not with stages=[extractor, ...]")
     if positives not in POSITIVES:
         raise ValueError(f"reranker.positives={positives!r}; valid: {', '.join(POSITIVES)}")
     watch = Stopwatch()
@@ -491,7 +494,6 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             "train": evaluated_afterwards(lm, tuned, "extractor", ext_examples(targets["val"])),
         }
     label_ids = splits["labels"]["train"] + splits["labels"]["val"]
-    labels_from = cfg.reranker.get("labels_from")
     extractor_started = False
     if labels_from:  # an earlier run's clues and verdicts: no extractor or generator call
         with watch("reranker_labels"):
