@@ -112,6 +112,7 @@ def train_cross_encoder(
     compute_dtype: str | None = None,
     checkpoint: str | Path | None = None,
     on_step: Callable[[int], None] | None = None,
+    init_from: str | Path | None = None,
 ) -> tuple[Any, Any, dict[str, Any]]:
     """LoRA (plus the new head) on ``base`` with binary cross-entropy; AdamW, linear warm-up then linear decay;
     the step with the lowest validation loss is kept. Returns (peft model, tokenizer, report).
@@ -120,24 +121,36 @@ def train_cross_encoder(
     ``checkpoint``: after every validation the trainable weights, optimizer, scheduler, losses and best step are
     saved there (atomically); the same call with the same data and settings resumes from it and ends with the
     adapter an uninterrupted run gives (other settings or data: refused). ``on_step(step)`` runs after each step
-    and its checkpoint (tests kill the run there)."""
+    and its checkpoint (tests kill the run there). ``init_from``: an earlier classifier's folder (``save_classifier``)
+    whose LoRA and head this run starts from instead of a fresh LoRA and a new head (further training; ``lora``
+    must then name the same LoRA)."""
     import hashlib
     import json
     import random
     import time
 
     import torch
-    from peft import LoraConfig, TaskType, get_peft_model
+    from peft import LoraConfig, PeftModel, TaskType, get_peft_model
     from tqdm import tqdm
 
     from harness.lm.lora import load_trainable, resume_checkpoint, save_checkpoint, trainable_state
+    from harness.models import file_sha256
 
     torch.manual_seed(seed)
     model, tok = build_model(base)
-    spec = LoraConfig(task_type=TaskType.SEQ_CLS, r=int(lora["r"]), lora_alpha=int(lora["alpha"]),
-                      lora_dropout=float(lora.get("dropout", 0.0)),
-                      target_modules=lora.get("target_modules", "all-linear"))
-    model = get_peft_model(model, spec)
+    init = None
+    if init_from is not None:
+        init = {"path": str(init_from), "adapter_sha256": file_sha256(Path(init_from) / "adapter_model.safetensors")}
+        model = PeftModel.from_pretrained(model, str(init_from), is_trainable=True)
+        cfg = model.peft_config["default"]
+        if (cfg.r, cfg.lora_alpha) != (int(lora["r"]), int(lora["alpha"])):
+            raise ValueError(f"init_from={init_from} holds a LoRA of r={cfg.r}, alpha={cfg.lora_alpha}; "
+                             f"the settings ask for r={lora['r']}, alpha={lora['alpha']}")
+    else:
+        spec = LoraConfig(task_type=TaskType.SEQ_CLS, r=int(lora["r"]), lora_alpha=int(lora["alpha"]),
+                          lora_dropout=float(lora.get("dropout", 0.0)),
+                          target_modules=lora.get("target_modules", "all-linear"))
+        model = get_peft_model(model, spec)
     loss_fn = torch.nn.BCEWithLogitsLoss()
     autocast = torch.autocast("cpu", dtype=getattr(torch, compute_dtype or "bfloat16"), enabled=bool(compute_dtype))
 
@@ -164,7 +177,7 @@ def train_cross_encoder(
         opt, lambda s: min((s + 1) / warm, max(0.0, (steps - s) / max(1, steps - warm))))
     settings = {"base": base, "lora": lora, "lr": lr, "epochs": epochs, "batch_size": batch_size,
                 "warmup_ratio": warmup_ratio, "max_length": max_length, "seed": seed, "eval_every": eval_every,
-                "compute_dtype": compute_dtype}
+                "compute_dtype": compute_dtype, "init_from": init}
     fp = hashlib.sha256(json.dumps([settings, list(train), list(val)], sort_keys=True, default=str).encode())
     fingerprint = fp.hexdigest()
     ckpt = Path(checkpoint) if checkpoint else None
@@ -205,7 +218,8 @@ def train_cross_encoder(
         ckpt.unlink()  # complete: the adapter is the caller's to save
     report = {"train_pairs": len(train), "val_pairs": len(val), "positive_share": round(
         sum(y for _, y in train) / max(1, len(train)), 4), "epochs": epochs, "steps": steps, "batch_size": batch_size,
-        "lr": lr, "lora": lora, "max_length": max_length, "compute_dtype": compute_dtype, "step_losses": losses,
+        "lr": lr, "lora": lora, "max_length": max_length, "compute_dtype": compute_dtype, "init_from": init,
+        "step_losses": losses,
         "val_history": history, "selected_step": best["step"], "resumed_at_step": resumed_at,
         "wall_s": round(time.perf_counter() - t0, 1)}
     return model, tok, report

@@ -156,7 +156,7 @@ def train_cross(cfg: DictConfig, rows: dict[str, list], by_id: dict, out: Path) 
         epochs=int(c.epochs), batch_size=int(c.batch_size), warmup_ratio=float(c.warmup_ratio),
         max_length=int(cfg.max_length), seed=int(cfg.seed), eval_every=int(c.eval_every),
         progress=bool(cfg.progress), compute_dtype=resolve_compute_dtype(c.get("compute_dtype")),
-        checkpoint=out.parent / f".{out.name}.checkpoint.pt")
+        checkpoint=out.parent / f".{out.name}.checkpoint.pt", init_from=c.get("init_from"))
     save_classifier(model, out, cfg.model)
     return report
 
@@ -216,11 +216,13 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     shown = val_q[: int(d.val_questions)]
     env = MethodEnv(count_tokens=lambda s: 0)
     found: dict[str, Any] = {}
-    zero = cfg.zero_shot
-    for label, kw in (("zero_shot", {"model": zero.model, "adapter": None, "prompt": zero.prompt, "kind": "lm",
-                                     "max_length": int(zero.max_length), "threshold": float(zero.threshold)}),
-                      ("trained", {"model": cfg.model, "adapter": str(out), "prompt": cfg.prompt, "kind": cfg.kind,
-                                   "max_length": int(cfg.max_length), "threshold": float(cfg.threshold)})):
+    zero = cfg.zero_shot  # null: no zero-shot figures (they cost minutes to half an hour uncached)
+    shots = [("trained", {"model": cfg.model, "adapter": str(out), "prompt": cfg.prompt, "kind": cfg.kind,
+                          "max_length": int(cfg.max_length), "threshold": float(cfg.threshold)})]
+    if zero is not None:
+        shots.insert(0, ("zero_shot", {"model": zero.model, "adapter": None, "prompt": zero.prompt, "kind": "lm",
+                                       "max_length": int(zero.max_length), "threshold": float(zero.threshold)}))
+    for label, kw in shots:
         if not shown:
             break
         c = Exit(dtype=cfg.inference_dtype, engine=cfg.engine, **kw)

@@ -213,6 +213,36 @@ def test_an_interrupted_cross_encoder_run_resumes_to_the_uninterrupted_classifie
     assert not ckpt.exists()  # a finished run removes its checkpoint
 
 
+def test_a_run_from_an_earlier_classifier_starts_at_its_validation_loss(tmp_path):
+    """``init_from``: a second run starts from the first one's saved LoRA and head (its step-0 validation loss is
+    the first run's selected one, up to the fp16 of the saved file) and, at lr 0, ends with its scores; a LoRA of
+    another rank is refused."""
+    from methods.exit_cross_encoder import CrossEncoderClassifier, save_classifier, train_cross_encoder
+    from methods.exit_train import labelled_sentences
+
+    rows = [((ex.question, r["text"], r["context"]), r["label"]) for ex in load_slice("nq", 20, split="train")
+            for r in labelled_sentences(ex, 2, 1, random.Random(0), 0.5)]
+    train, val = rows[:16], rows[:8]  # validated on training rows: the first run must move its loss
+    lora = {"r": 4, "alpha": 8, "target_modules": ["query", "value"]}
+    common = dict(epochs=3, batch_size=4, warmup_ratio=0.1, max_length=96, seed=0, eval_every=2, progress=False)
+    first, _, r1 = train_cross_encoder(ENCODER, train, val, lora=lora, lr=3e-3, **common)
+    save_classifier(first, tmp_path / "first", ENCODER)
+    moved = min(h["val_loss"] for h in r1["val_history"])
+    assert r1["selected_step"] > 0 and moved < r1["val_history"][0]["val_loss"]  # the first run learned something
+    second, _, r2 = train_cross_encoder(ENCODER, train, val, lora=lora, lr=0.0, init_from=tmp_path / "first",
+                                        **common)
+    assert abs(r2["val_history"][0]["val_loss"] - moved) < 2e-3
+    assert r2["init_from"]["path"] == str(tmp_path / "first") and len(r2["init_from"]["adapter_sha256"]) == 64
+    save_classifier(second, tmp_path / "second", ENCODER)
+    probe = [t for t, _ in val]
+    a = CrossEncoderClassifier(ENCODER, str(tmp_path / "first"), max_length=96).score(probe)
+    b = CrossEncoderClassifier(ENCODER, str(tmp_path / "second"), max_length=96).score(probe)
+    assert max(abs(x - y) for x, y in zip(a, b, strict=True)) < 1e-3
+    with pytest.raises(ValueError, match="r=4"):
+        train_cross_encoder(ENCODER, train, val, lora={**lora, "r": 8, "alpha": 16}, lr=0.0,
+                            init_from=tmp_path / "first", **common)
+
+
 def test_the_probe_reads_the_committed_classifiers_validation_questions_and_no_others():
     """``methods.exit_probe`` selects on the held-out train questions of the classifier's labels: exactly the
     ``val`` ids of its labels.jsonl, none of its ``train`` ids, and no test question."""
