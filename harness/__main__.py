@@ -3,7 +3,9 @@
 A bad setting (``ConfigError``), bad input data (``DatasetError``) or a run folder of another configuration
 (``RunFolderMismatch``) ends the run with one ``error: ...`` line on stderr and exit status 2, before any model
 loads for the first two; so does a generator's server that cannot answer (``ServerError``: unreachable after its
-retries, an error status, a timeout). ``hydra.verbose=true`` shows the traceback instead.
+retries, an error status, a timeout), and an example whose compression or generation raises (``ExampleError``,
+naming the example, the method and the stage; ``on_error=skip`` records it and goes on). ``hydra.verbose=true``
+shows the traceback instead.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ USER_ERRORS += (RunFolderBusy,)  # a second process on the same run folder (harn
 @hydra.main(version_base="1.3", config_path=str(REPO_ROOT / "conf"), config_name="config")
 def main(cfg: DictConfig) -> None:
     prepare_worker()  # a launcher's worker process (joblib, Ray, submitit): harness.workers
+    from harness.runner import ExampleError
+
     try:
         validate_config(cfg)  # before the data and any model
         apply_profile_env(cfg)
@@ -39,7 +43,7 @@ def main(cfg: DictConfig) -> None:
 
         out_dir = HydraConfig.get().runtime.output_dir
         summary = run(cfg, out_dir)
-    except USER_ERRORS as e:
+    except (*USER_ERRORS, ExampleError) as e:
         if HydraConfig.get().verbose:
             raise
         print("error: " + " ".join(str(e).splitlines()), file=sys.stderr)

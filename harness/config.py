@@ -1,5 +1,5 @@
-"""Hydra/OmegaConf resolvers used by ``conf/``: paths relative to the repository, and the run folder's override
-string with the dataset sample in it."""
+"""Hydra/OmegaConf resolvers used by ``conf/``: paths relative to the repository, the run folder's override
+string with the dataset sample in it, and a generator's name with its prompt in it."""
 
 from __future__ import annotations
 
@@ -30,11 +30,21 @@ def run_overrides(override_dirname: str, sample: str, seed: int, shard: str | No
     return f"{out}/{parsed.subfolder}" if out else parsed.subfolder
 
 
+def generator_name(base: str, prompt: str = "paper", answer: str = "paper") -> str:
+    """A generator's name with its prompt template and answer rule in it where they are not the paper's
+    (``smollm2-135m-instruct-vllm`` -> ``smollm2-135m-instruct-vllm-documents_first-first_line``): the name heads
+    the run folder and the leaderboard block, so runs asked another way never mix with the paper prompt's."""
+    parts = [base] + [v for v in (prompt, answer) if v != "paper"]
+    return "-".join(parts)
+
+
 def register_resolvers() -> None:
     if not OmegaConf.has_resolver("repo"):
         OmegaConf.register_new_resolver("repo", _repo_path)
     if not OmegaConf.has_resolver("run_overrides"):
         OmegaConf.register_new_resolver("run_overrides", run_overrides)
+    if not OmegaConf.has_resolver("generator_name"):
+        OmegaConf.register_new_resolver("generator_name", generator_name)
 
 
 def apply_profile_env(cfg) -> None:

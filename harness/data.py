@@ -293,11 +293,19 @@ def load_dataset_report(spec: DatasetSpec) -> LoadedDataset:
             examples.append(ex)
         else:
             skipped.append(ex.id)
+    if not examples:
+        raise DatasetError(f"{spec.path}: no example to evaluate: {_why_none(rows)}")
     out = []
     for ex in examples:
         ex = rank_passages(ex, spec.rank)
         out.append(Example(ex.id, ex.question, ex.answers, ex.passages[: spec.top_k], ex.meta))
     return LoadedDataset(out, skipped)
+
+
+def _why_none(rows: list) -> str:
+    if not rows:
+        return "the file holds no example"
+    return f"every one of its {len(rows)} examples has no usable gold answer and was skipped"
 
 
 def load_dataset(spec: DatasetSpec) -> list[Example]:

@@ -17,6 +17,10 @@ class Generator(Protocol):
 
     name: str
 
+    def messages(self, question: str, documents: Sequence[str]) -> Messages:
+        """The chat prompt of ``question`` over ``documents``: the run's one template (``harness.prompt``)."""
+        ...
+
     def generate(self, prompts: Sequence[Messages]) -> list[Generation]:
         """Answer each chat prompt; the order of outputs follows the order of prompts."""
         ...

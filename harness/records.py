@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.metrics import corpus_cr
+from harness.metrics import corpus_cr, echo
 
 PREDICTIONS, LATENCY, SUMMARY, RUN = "predictions.jsonl", "latency.jsonl", "summary.json", "run.json"
 LOCK = ".run.lock"  # one writer per run folder (harness/runlock.py)
@@ -131,6 +131,26 @@ def cr_nonempty(predictions: Sequence[dict[str, Any]]) -> float | None:
     return sum(r["original_tokens"] for r in kept) / sum(r["compressed_tokens"] for r in kept) if kept else None
 
 
+def echoed(record: dict[str, Any]) -> bool:
+    """The record's ``echo`` flag (``harness.metrics.echo``), recounted from its prediction and question (when it
+    has one) for records written before the flag."""
+    if "echo" in record:
+        return bool(record["echo"])
+    return echo(record.get("prediction") or "", record.get("question") or "", record.get("context") or "")
+
+
+def echo_share(predictions: Sequence[dict[str, Any]]) -> float | None:
+    """Percent of examples whose prediction echoes the prompt instead of answering."""
+    return 100.0 * sum(map(echoed, predictions)) / len(predictions) if predictions else None
+
+
+def subem_from_echo(predictions: Sequence[dict[str, Any]]) -> float | None:
+    """The points of SubEM (percent of all examples) earned by predictions that echo the prompt."""
+    if not predictions:
+        return None
+    return 100.0 * sum(r["subem"] for r in predictions if echoed(r)) / len(predictions)
+
+
 def _mean(xs: Sequence[float]) -> float | None:
     return sum(xs) / len(xs) if xs else None
 
@@ -138,18 +158,25 @@ def _mean(xs: Sequence[float]) -> float | None:
 def summarize(predictions: Sequence[dict[str, Any]], latency: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
     """The metric part of ``summary.json``, recomputable by a reader from the record files alone.
 
-    ``subem``/``em``/``f1`` are percentages. ``cr`` is the ratio of sums over every example (an empty context
-    counts its original tokens against zero compressed ones), ``cr_nonempty`` the same over the examples whose
-    context is non-empty, ``kept_nothing`` the share whose context is empty. Two timing protocols, never
-    mixed: latency (``compress_s``, ``online_latency_s`` = generation, ``total_latency_s``) comes only from
-    the batch-1 sample (``latency_protocol: batch1``; None without one), throughput only from the accuracy
-    pass, amortised over its batches (``batched``: seconds per example, with ``uniform`` false when its records
-    were timed at more than one batch size or thread count, e.g. a run resumed under other settings).
+    Records of examples that failed (``error``: the run's ``on_error: skip``) are counted (``failed_examples``,
+    ``failed_ids``, the first 100) and left out of every figure; ``n`` counts the scored examples.
+
+    ``subem``/``em``/``f1`` are percentages; ``echo`` is the percent of predictions that echo the prompt
+    (``harness.metrics.echo``) and ``subem_from_echo`` the SubEM points they earned. ``cr`` is the ratio of sums
+    over every example (an empty context counts its original tokens against zero compressed ones), ``cr_nonempty``
+    the same over the examples whose context is non-empty, ``kept_nothing`` the share whose context is empty. Two
+    timing protocols, never mixed: latency (``compress_s``, ``online_latency_s`` = generation, ``total_latency_s``)
+    comes only from the batch-1 sample (``latency_protocol: batch1``; None without one), throughput only from the
+    accuracy pass, amortised over its batches (``batched``: seconds per example, with ``uniform`` false when its
+    records were timed at more than one batch size or thread count, e.g. a run resumed under other settings).
     """
+    failed = [r["id"] for r in predictions if "error" in r]
+    predictions = [r for r in predictions if "error" not in r]
     n = len(predictions)
-    out: dict[str, Any] = {"n": n}
+    out: dict[str, Any] = {"n": n, "failed_examples": len(failed), "failed_ids": failed[:100]}
     for m in ("subem", "em", "f1"):
         out[m] = None if n == 0 else 100.0 * sum(r[m] for r in predictions) / n
+    out["echo"], out["subem_from_echo"] = echo_share(predictions), subem_from_echo(predictions)
     out["cr"], out["cr_mean"] = corpus_cr(
         [r["original_tokens"] for r in predictions], [r["compressed_tokens"] for r in predictions]
     )

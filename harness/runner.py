@@ -6,6 +6,7 @@ import json
 import logging
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ from tqdm.auto import tqdm
 
 from harness import metrics, provenance, resources
 from harness.data import DatasetSpec, load_dataset_report
-from harness.prompt import build_messages, render_documents
+from harness.prompt import render_documents
 from harness.protocols import Compressor, Generator, MethodEnv
 from harness.records import RUN, RunRecords, config_key, summarize
 from harness.runlock import run_lock
@@ -26,7 +27,7 @@ from harness.validate import validate_config
 log = logging.getLogger(__name__)
 
 # Settings that change how a run is executed, not what it computes: a folder may be resumed under other values.
-EXECUTION_KEYS = ("limit", "batch_size", "latency", "progress", "results_dir", "lm", "shard")
+EXECUTION_KEYS = ("limit", "batch_size", "latency", "progress", "results_dir", "lm", "shard", "on_error")
 # Settings of a server client (harness/lm/server.py), wherever they sit under the generator or a method: where and
 # how calls go, not what they compute (a run resumes against a restarted server on another port).
 CLIENT_KEYS = ("base_url", "api_key_env", "concurrency", "timeout_s", "retries", "backoff_s")
@@ -90,32 +91,112 @@ def _record(
         "threads": _threads(),
         "meta": comp.meta,
         **metrics.score(gen.answer, ex.answers),
+        "echo": metrics.echo(gen.answer, ex.question, context),
     }
 
 
+class ExampleError(RuntimeError):
+    """An example's compression or generation raised (``on_error: fail``); the message names the example, the
+    method and the stage in one line."""
+
+
+@dataclass
+class Failure:
+    """What one example's stage raised."""
+
+    stage: str
+    error: Exception
+
+    def describe(self) -> dict[str, str]:
+        return {"stage": self.stage, "type": type(self.error).__name__, "message": one_line(self.error)}
+
+
+def one_line(error: BaseException) -> str:
+    return " ".join(str(error).split()) or type(error).__name__
+
+
+def _run_errors() -> tuple[type[BaseException], ...]:
+    """Errors of the run's setup, not of one example: they stop the run as they are, whatever ``on_error``."""
+    from harness.lm.server import ServerError
+    from harness.validate import ConfigError
+
+    return (ConfigError, ServerError)
+
+
+def attempt(stage: str, items: Sequence[Any], call) -> list[Any]:
+    """``call(items)``; when it raises, each item alone, so that a failure is pinned on its item: the result,
+    or a ``Failure``, per item."""
+    setup = _run_errors()
+    try:
+        return list(call(items))
+    except setup:
+        raise
+    except Exception as e:
+        if len(items) == 1:
+            return [Failure(stage, e)]
+    out: list[Any] = []
+    for item in items:
+        try:
+            out.append(call([item])[0])
+        except setup:
+            raise
+        except Exception as e:
+            out.append(Failure(stage, e))
+    return out
+
+
+def _failed_record(ex: Example, failure: Failure, batch: int) -> dict:
+    return {"id": ex.id, "question": ex.question, "answers": list(ex.answers), "error": failure.describe(),
+            "batch": batch, "threads": _threads()}
+
+
 def process(
-    examples: Sequence[Example], compressor: Compressor, generator: Generator, batch_size: int | None = None
+    examples: Sequence[Example],
+    compressor: Compressor,
+    generator: Generator,
+    batch_size: int | None = None,
+    on_error: str = "fail",
 ) -> tuple[list[dict[str, Any]], float]:
     """Compress, generate and score a batch; per-example times are the batch's, amortised. Returns records
     and the model seconds spent (compression plus generation). ``batch_size``: the configured size each record
     says it was timed at (default: the batch's length; a run's last batch may be shorter).
 
     Calls the model layer answered from its cache (``harness.lm.cache``) add the seconds they were measured
-    at, so a cache never makes a method or the generator look faster than it is; the record counts them."""
+    at, so a cache never makes a method or the generator look faster than it is; the record counts them.
+
+    An example whose compression or generation raises (found by retrying its batch one example at a time)
+    stops the run with an ``ExampleError`` naming it (``on_error: fail``), or gets a record with the error
+    instead of scores (``skip``)."""
     from harness.lm.cache import REPLAYS
 
     r0 = (REPLAYS.calls, REPLAYS.seconds)
     t0 = time.perf_counter()
-    comps = compressor.compress_batch(examples)
+    comps = attempt("compress", examples, compressor.compress_batch)
     t1 = time.perf_counter()
     r1 = (REPLAYS.calls, REPLAYS.seconds)
-    gens = generator.generate([build_messages(e.question, c.documents) for e, c in zip(examples, comps, strict=True)])
+    ok = [i for i, c in enumerate(comps) if not isinstance(c, Failure)]
+    asked = [generator.messages(examples[i].question, comps[i].documents) for i in ok]
+    outcome: list[Any] = list(comps)
+    for i, gen in zip(ok, attempt("generate", asked, generator.generate) if asked else [], strict=True):
+        outcome[i] = gen if isinstance(gen, Failure) else (comps[i], gen)
     t2 = time.perf_counter()
     r2 = (REPLAYS.calls, REPLAYS.seconds)
+    failures = [(ex, f) for ex, f in zip(examples, outcome, strict=True) if isinstance(f, Failure)]
+    if failures and on_error == "fail":
+        ex, f = failures[0]
+        raise ExampleError(
+            f"example {ex.id}: method {compressor.name}, stage {f.stage}: {type(f.error).__name__}: "
+            f"{one_line(f.error)} (on_error=skip records the error and goes on)"
+        )
     n = len(examples)
     replayed = {"compress_calls": r1[0] - r0[0], "generate_calls": r2[0] - r1[0]}
     rows = []
-    for ex, comp, gen in zip(examples, comps, gens, strict=True):
+    for ex, result in zip(examples, outcome, strict=True):
+        if isinstance(result, Failure):
+            log.warning("example %s failed in %s: %s", ex.id, result.stage, one_line(result.error))
+            rows.append(_failed_record(ex, result, batch_size or n))
+            continue
+        comp, gen = result
         original = generator.count_tokens(render_documents([p.render() for p in ex.passages]))
         compressed = generator.count_tokens(render_documents(comp.documents))
         cs = (t1 - t0 + r1[1] - r0[1]) / n
@@ -137,7 +218,8 @@ def latency_pass(
 ) -> float:
     """The papers' latency protocol: one example at a time after ``warmup`` untimed ones, each as if unseen
     (the model layer's call cache bypassed, every engine's prefix cache and the sentence-split memo emptied
-    before it: the accuracy pass has just computed these prompts). Returns the model seconds spent."""
+    before it: the accuracy pass has just computed these prompts). Returns the model seconds spent. An example
+    that fails is not timed (the accuracy pass has already stopped the run on it, or recorded it)."""
     from harness.lm import cache as lm_cache
     from harness.lm import forget_prefixes
     from harness.text import forget_splits
@@ -150,11 +232,13 @@ def latency_pass(
     with lm_cache.bypassed():
         for e in warmup:
             forget()
-            process([e], compressor, generator)
+            process([e], compressor, generator, on_error="skip")
         for e in tqdm(todo, desc="latency (batch 1)", unit="ex", disable=not progress):
             forget()
-            rows, secs = process([e], compressor, generator)
+            rows, secs = process([e], compressor, generator, on_error="skip")
             spent += secs
+            if "error" in rows[0]:  # failed in the accuracy pass too (on_error: skip): not timed
+                continue
             keep = ("id", "compress_s", "generate_s", "stages", "threads", "replayed")
             records.add_latency([{k: rows[0][k] for k in keep if k in rows[0]}])
     return spent
@@ -177,11 +261,16 @@ def key_config(cfg: DictConfig) -> dict[str, Any]:
     """The part of a run config that names what a run computes (its key, in ``run.json``): execution settings
     left out (``EXECUTION_KEYS``, and ``CLIENT_KEYS`` under the generator and the method), and dataset settings at
     their defaults (``skip_unanswerable: false``, ``sample: first`` with any ``seed``) too, so that runs made
-    before those settings existed keep their key and resume."""
+    before those settings existed keep their key and resume; so do the generator's ``prompt`` and ``answer`` at the
+    paper's."""
     key_cfg = {k: v for k, v in OmegaConf.to_container(cfg, resolve=True).items() if k not in EXECUTION_KEYS}
     for part in ("generator", "method"):
         if part in key_cfg:
             key_cfg[part] = _without_client_keys(key_cfg[part])
+    g = key_cfg.get("generator") or {}
+    for setting in ("prompt", "answer"):  # the paper's, as every run made before these settings existed
+        if g.get(setting) == "paper":
+            g.pop(setting)
     d = key_cfg["dataset"]
     if not d.get("skip_unanswerable", False):
         d.pop("skip_unanswerable", None)
@@ -219,6 +308,13 @@ def _run(cfg: DictConfig, out_dir: Path, shard: Shard | None) -> dict[str, Any]:
     )
     examples = loaded.examples  # validated before any model loads
     mine = examples if shard is None else shard.take(examples)
+    if not mine:
+        from harness.data import DatasetError
+
+        raise DatasetError(
+            f"{d.path}: shard={cfg.shard} selects no example: the split gives {len(examples)} and shard i takes "
+            "every n-th from the i-th"
+        )
 
     key_cfg = key_config(cfg)
     records = RunRecords(out_dir, config_key(key_cfg), key_cfg)
@@ -239,7 +335,8 @@ def _run(cfg: DictConfig, out_dir: Path, shard: Shard | None) -> dict[str, Any]:
         records.note_server(gen_info["server"])
     load_s = time.perf_counter() - t_load
 
-    todo = [e for e in mine if e.id not in records.predictions]
+    on_error = str(cfg.get("on_error", "fail"))
+    todo = [e for e in mine if "error" in records.predictions.get(e.id, {"error": "not yet run"})]
     model_s = 0.0
     with tqdm(
         total=len(mine),
@@ -249,7 +346,7 @@ def _run(cfg: DictConfig, out_dir: Path, shard: Shard | None) -> dict[str, Any]:
         disable=not cfg.progress,
     ) as bar:
         for batch in _batches(todo, int(cfg.batch_size)):
-            rows, secs = process(batch, compressor, generator, int(cfg.batch_size))
+            rows, secs = process(batch, compressor, generator, int(cfg.batch_size), on_error)
             model_s += secs
             records.add_predictions(rows)
             bar.update(len(batch))

@@ -70,6 +70,7 @@ FRACTION = Rule(lo=0, hi=1, null=True)  # a share that may be 0 (reduce_ratio: d
 RATE = Rule(lo=0, hi=1, lo_open=True, null=True)  # a share to keep: 0 keeps nothing
 
 FLAGS = ("progress", "dataset.skip_unanswerable")  # booleans
+CHOICES = {"on_error": ("fail", "skip")}
 
 TOP_LEVEL: dict[str, Rule] = {
     "limit": _int(1, null=True),
@@ -161,6 +162,10 @@ def validate_config(cfg: DictConfig) -> None:
         value = _resolve(cfg, key)
         if value is not _ABSENT and not isinstance(value, bool):
             raise ConfigError(f"{key}={value!r}: must be true or false")
+    for key, valid in CHOICES.items():
+        value = _resolve(cfg, key)
+        if value is not _ABSENT and value not in valid:
+            raise ConfigError(f"{key}={value!r}: must be one of {', '.join(valid)}")
     for section in SECTIONS:
         tree = _resolve(cfg, section)
         for key, name, value in _leaves({} if tree is _ABSENT else tree, section):

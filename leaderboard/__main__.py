@@ -1,4 +1,5 @@
-"""``python -m leaderboard publish <results> <out>`` | ``archive <results>... <dest>`` | ``collect <results>``."""
+"""``python -m leaderboard publish <results> <out>`` | ``archive <results>... <dest>`` | ``collect <results>`` |
+``compare <results> A B --dataset D``."""
 
 from __future__ import annotations
 
@@ -30,7 +31,25 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("dest", help="archive folder (leaderboard/runs)")
     c = sub.add_parser("collect", help="print the collected table")
     c.add_argument("results")
+    k = sub.add_parser("compare", help="two variants question by question: wins, losses, ties and the differences")
+    k.add_argument("results", help="results root (or leaderboard/runs)")
+    k.add_argument("a", help="variant A")
+    k.add_argument("b", help="variant B")
+    k.add_argument("--dataset", required=True, help="nq | triviaqa | hotpotqa")
+    k.add_argument("--generator", help="the generator block, where several hold both variants")
+    k.add_argument("--no-contexts", action="store_true", help="leave the kept contexts out")
     a = ap.parse_args(argv)
+    if a.cmd == "compare":
+        from leaderboard.compare import CompareError, compare, report
+
+        try:
+            c = compare(a.results, a.a, a.b, a.dataset, a.generator)
+        except CompareError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        for line in report(c, contexts=not a.no_contexts):
+            print(line)
+        return 0
     if a.cmd == "publish":
         from leaderboard.publish import publish
 

@@ -3,10 +3,10 @@
 ``python -m leaderboard archive <results> [<results> ...] leaderboard/runs`` copies the newest run of every
 (profile, generator, dataset, variant) under the results roots into ``leaderboard/runs/<same relative path>``:
 ``summary.json``, ``run.json``, the Hydra ``override_dirname`` (what names a variant) and the prediction records
-cut to what the leaderboard reads (id, answers, prediction, scores, token counts, latencies, a hash of the
-context: no passage text). A run already archived under the same key is replaced only by a newer one, so runs of
-several sessions accumulate; ``python -m leaderboard publish leaderboard/runs leaderboard/snapshot`` then rebuilds
-every table, plot and the page from the repository alone. Nothing here loads a model.
+cut to what the leaderboard reads (id, question, answers, prediction, echo flag, scores, token counts, latencies,
+a hash of the context: no passage text). A run already archived under the same key is replaced only by a newer
+one, so runs of several sessions accumulate; ``python -m leaderboard publish leaderboard/runs leaderboard/snapshot``
+then rebuilds every table, plot and the page from the repository alone. Nothing here loads a model.
 """
 
 from __future__ import annotations
@@ -23,8 +23,10 @@ from leaderboard.collect import KEY, PREDICTIONS, RUN, SUMMARY, collect, read_re
 
 KEEP = (
     "id",
+    "question",
     "answers",
     "prediction",
+    "echo",
     "subem",
     "em",
     "f1",

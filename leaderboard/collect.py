@@ -19,7 +19,16 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from harness.records import PREDICTIONS, RUN, SUMMARY, cr_nonempty, kept_nothing, read_jsonl
+from harness.records import (
+    PREDICTIONS,
+    RUN,
+    SUMMARY,
+    cr_nonempty,
+    echo_share,
+    kept_nothing,
+    read_jsonl,
+    subem_from_echo,
+)
 
 KEY = ["profile", "generator", "dataset", "variant"]
 # Overrides that change how a run executes, not what it computes: left out of the variant's name so that such
@@ -31,12 +40,15 @@ NUMERIC = (
     "subem",
     "em",
     "f1",
+    "echo",
+    "subem_from_echo",
     "cr",
     "cr_mean",
     "original_tokens",
     "compressed_tokens",
     "kept_nothing",
     "cr_nonempty",
+    "failed_examples",
     "compress_s",
     "generate_s",
     "online_latency_s",
@@ -44,7 +56,12 @@ NUMERIC = (
     "latency_n",
 )
 # Summary fields added after runs were archived: recounted from the records of a summary without them.
-RECOUNTED = {"kept_nothing": kept_nothing, "cr_nonempty": cr_nonempty}
+RECOUNTED = {
+    "kept_nothing": kept_nothing,
+    "cr_nonempty": cr_nonempty,
+    "echo": echo_share,
+    "subem_from_echo": subem_from_echo,
+}
 
 
 def override_dirname(folder: Path) -> str:
@@ -221,4 +238,5 @@ def read_records(folder: str | Path, n: int | None = None) -> list[dict[str, Any
     """The scored records of a run as written: the first ``n`` example ids in file order (the examples its
     summary was computed from), the last record of an id winning, as the harness reads them on resume."""
     recs = {r["id"]: r for r in read_jsonl(Path(folder) / PREDICTIONS)}
-    return list(recs.values())[: n if n is not None else None]
+    scored = [r for r in recs.values() if "error" not in r]  # a failed example (on_error: skip) has no scores
+    return scored[: n if n is not None else None]

