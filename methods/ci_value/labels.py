@@ -11,11 +11,11 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.prompt import build_messages
+from harness.prompt import messages_of
 from harness.protocols import AnswerScorer
 from harness.types import Example
 
@@ -34,10 +34,15 @@ def scorer_identity(scorer: Any) -> dict[str, Any]:
     return {"model": model, "dtype": d.get("dtype"), "name": d.get("name")}
 
 
-def label_key(scorer_id: dict, ex: Example, ul: UnitList, max_answers: int | None, with_titles: bool) -> str:
+def label_key(
+    scorer_id: dict, ex: Example, ul: UnitList, max_answers: int | None, with_titles: bool, ask: Callable | None = None
+) -> str:
+    """The label cache's key: scorer, the full-context prompt as the scorer is asked it (its template: rows of
+    another prompt are never replayed), units and answers."""
+    ask = ask or messages_of(None)
     payload = {
         "v": VERSION, "scorer": scorer_id,
-        "prompt": build_messages(ex.question, documents(ex, ul, ul.active(), with_titles)),
+        "prompt": ask(ex.question, documents(ex, ul, ul.active(), with_titles)),
         "units": ul.texts, "dropped": sorted(ul.dropped.items()),
         "answers": gold_answers(ex.answers, max_answers),
     }
@@ -83,12 +88,13 @@ def label(
     from tqdm.auto import tqdm
 
     sid = scorer_identity(scorer)
-    keys = [label_key(sid, ex, ul, max_answers, with_titles) for ex, ul in items]
+    ask = messages_of(scorer)
+    keys = [label_key(sid, ex, ul, max_answers, with_titles, ask) for ex, ul in items]
     todo = [i for i, k in enumerate(keys) if k not in cache.rows]
     log.info("CI labels: %d cached, %d to compute (%s)", len(keys) - len(todo), len(todo), cache.path)
     with tqdm(total=len(todo), desc="CI labels", unit="ex", disable=not progress) as bar:
         for part in _chunks(todo, chunk):
-            results = ci_values(scorer, [items[i] for i in part], max_answers, with_titles)
+            results = ci_values(scorer, [items[i] for i in part], max_answers, with_titles, ask)
             rows = []
             for i, res in zip(part, results, strict=True):
                 ex, ul = items[i]

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from harness.prompt import messages_of
 from harness.protocols import AnswerScorer, Compressor, MethodEnv, answer_scorer
 from harness.types import Compressed, Example
 
@@ -76,7 +77,8 @@ class CIOracle(Compressor):
         if self.scorer is None:
             raise RuntimeError("CIOracle was not bound to a run (call bind(MethodEnv(...)))")
         items = list(zip(examples, self.units(examples), strict=True))
-        results = ci_values(self.scorer, items, self.max_answers, self.with_titles)
+        ask = messages_of(self.env.generator if self.env and self.env.generator else self.scorer)
+        results = ci_values(self.scorer, items, self.max_answers, self.with_titles, ask)
         out = []
         for (ex, ul), res in zip(items, results, strict=True):
             kept = positive(res.values)

@@ -1,8 +1,8 @@
 """Contextual Influence (CI) values (paper 002, Eq. 2-3): leave-one-out influence of each unit on the
 generator's teacher-forced loss of the gold answer.
 
-``v(S) = -min_{y in Y} L(y | prompt(q, S))`` with ``L`` the mean NLL per answer token (the shared prompt of
-``harness.prompt.build_messages``, the answer followed by end-of-turn, as ``AnswerScorer.answer_nll`` scores
+``v(S) = -min_{y in Y} L(y | prompt(q, S))`` with ``L`` the mean NLL per answer token (the generator's prompt,
+``harness.prompt.messages_of``, the answer followed by end-of-turn, as ``AnswerScorer.answer_nll`` scores
 it), and ``phi_i = v(C) - v(C \\ c_i) = L(C \\ c_i) - L(C)``. All (n+1) x |Y| prompt/answer pairs of a
 batch of examples go to the scorer in one call; identical pairs are scored once, so a unit whose removal
 leaves the prompt byte-identical (an empty passage, which renders to no document) gets exactly 0.
@@ -24,8 +24,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from harness.metrics import normalize
-from harness.prompt import build_messages
-from harness.protocols import AnswerScorer
+from harness.prompt import messages_of
+from harness.protocols import AnswerScorer, Messages
 from harness.text import assemble, sentence_units
 from harness.types import Example, Unit
 
@@ -140,8 +140,11 @@ def ci_values(
     items: Sequence[tuple[Example, UnitList]],
     max_answers: int | None = 5,
     with_titles: bool = False,
+    messages: Callable[[str, Sequence[str]], Messages] | None = None,
 ) -> list[CIResult]:
-    """CI value of every unit of every item, with one ``answer_nll`` call for the whole batch."""
+    """CI value of every unit of every item, with one ``answer_nll`` call for the whole batch; prompts are
+    ``messages(question, documents)``, by default the scorer's own template (``harness.prompt.messages_of``)."""
+    ask = messages or messages_of(scorer)
     pairs: dict[tuple[str, str], int] = {}  # (prompt key, answer) -> index of the unique pair
     prompts, answers = [], []
     plan = []  # per item: answers, list over contexts (full first) of pair indices per answer
@@ -151,7 +154,7 @@ def ci_values(
         contexts = [active] + [[j for j in active if j != i] for i in active]
         ctx_pairs = []
         for keep in contexts:
-            msgs = build_messages(ex.question, documents(ex, ul, keep, with_titles))
+            msgs = ask(ex.question, documents(ex, ul, keep, with_titles))
             pkey = repr(msgs)
             row = []
             for a in golds:

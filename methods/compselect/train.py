@@ -105,10 +105,8 @@ class Labeller:
         self.calls = 0
 
     def answers(self, items: Sequence[tuple[str, list[str]]]) -> list[str]:
-        from harness.prompt import build_messages
-
         self.calls += len(items)
-        return [g.answer for g in self.generator.generate([build_messages(q, docs) for q, docs in items])]
+        return [g.answer for g in self.generator.generate([self.generator.messages(q, docs) for q, docs in items])]
 
     def correct(self, items: Sequence[tuple[str, list[str], Sequence[str]]]) -> list[bool]:
         from harness.metrics import subem
@@ -149,9 +147,10 @@ class NllLabeller:
         self.calls = 0
 
     def nll(self, items: Sequence[tuple[str, list[str], Sequence[str]]]) -> list[float]:
-        from harness.prompt import build_messages
+        from harness.prompt import messages_of
 
-        pairs = [(build_messages(q, docs), a) for q, docs, golds in items for a in list(golds)[: self.max_answers]]
+        ask = messages_of(self.generator)
+        pairs = [(ask(q, docs), a) for q, docs, golds in items for a in list(golds)[: self.max_answers]]
         self.calls += len(pairs)
         values = self.generator.answer_nll([m for m, _ in pairs], [a for _, a in pairs])
         out, i = [], 0
