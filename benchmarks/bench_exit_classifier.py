@@ -1,8 +1,8 @@
 """EXIT classifier training speed, fp32 against bf16 autocast (real NQ train questions, the embedded encoder).
 
 ``python -m benchmarks.bench_exit_classifier [--steps 6] [--batch 32]``: builds EXIT's training pairs (answer
-sentences and balanced negatives, ``methods.exit_train.labelled_sentences``) from NQ train questions, then runs
-the same optimizer steps of ``methods.exit_cross_encoder.train_cross_encoder`` once per compute dtype in this
+sentences and balanced negatives, ``methods.exit.train_data.labelled_sentences``) from NQ train questions, then runs
+the same optimizer steps of ``methods.exit.train_classifier.train_cross_encoder`` once per compute dtype in this
 process, and prints seconds per step, the ratio, the step losses (bf16 should track fp32) and the CPU's flags.
 """
 
@@ -17,7 +17,7 @@ from pathlib import Path
 
 def pairs(n: int) -> list:
     from harness.data import DatasetSpec, load_dataset
-    from methods.exit_train import labelled_sentences
+    from methods.exit.train_data import labelled_sentences
 
     root = Path(os.environ.get("RAG_HARNESS_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
     data = load_dataset(DatasetSpec("nq", str(root / "nq" / "train.jsonl.gz"), 5, "none", None))
@@ -31,7 +31,7 @@ def main() -> None:
     import torch
 
     from harness.lm.hardware import describe
-    from methods.exit_cross_encoder import train_cross_encoder
+    from methods.exit.train_classifier import train_cross_encoder
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=6)

@@ -13,7 +13,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
-from harness import metrics, provenance, resources
+from harness import metrics, provenance, renames, resources
 from harness.data import DatasetSpec, load_dataset_report
 from harness.prompt import build_messages, render_documents
 from harness.protocols import Compressor, Generator, MethodEnv
@@ -177,7 +177,8 @@ def key_config(cfg: DictConfig) -> dict[str, Any]:
     """The part of a run config that names what a run computes (its key, in ``run.json``): execution settings
     left out (``EXECUTION_KEYS``, and ``CLIENT_KEYS`` under the generator and the method), and dataset settings at
     their defaults (``skip_unanswerable: false``, ``sample: first`` with any ``seed``) too, so that runs made
-    before those settings existed keep their key and resume."""
+    before those settings existed keep their key and resume; moved modules and artifact folders keep their old
+    names in it (``harness.renames``) for the same reason."""
     key_cfg = {k: v for k, v in OmegaConf.to_container(cfg, resolve=True).items() if k not in EXECUTION_KEYS}
     for part in ("generator", "method"):
         if part in key_cfg:
@@ -188,7 +189,7 @@ def key_config(cfg: DictConfig) -> dict[str, Any]:
     if d.get("sample", "first") == "first":
         d.pop("sample", None)
         d.pop("seed", None)
-    return provenance.redact(key_cfg)
+    return provenance.redact(renames.as_keyed(key_cfg))
 
 
 def run(cfg: DictConfig, out_dir: str | Path) -> dict[str, Any]:

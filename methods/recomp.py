@@ -28,7 +28,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from harness import resources
 from harness.protocols import Compressor, MethodEnv
 from harness.types import Compressed, Example
 
@@ -70,18 +69,9 @@ class RecompAbstractive(Compressor):
 
             self._lm = get_lm(self.model, engine=self.engine, dtype=self.dtype, batch_size=self.batch_size)
         else:
-            self._lm = resources.shared(("seq2seq_lm", self.model, self.dtype), self._load_seq2seq)
+            from harness.lm.encoders import seq2seq_lm
 
-    def _load_seq2seq(self) -> tuple[Any, Any]:
-        import torch
-        from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
-
-        from harness.lm.hardware import has_cuda
-        from harness.models import resolve
-
-        path = resolve(self.model).path
-        model = AutoModelForSeq2SeqLM.from_pretrained(path, dtype=getattr(torch, self.dtype))
-        return model.to("cuda" if has_cuda() else "cpu").eval(), AutoTokenizer.from_pretrained(path)
+            self._lm = seq2seq_lm(self.model, self.dtype)
 
     def _summaries_seq2seq(self, inputs: list[str]) -> list[tuple[str, int]]:
         import torch
@@ -130,7 +120,7 @@ class RecompAbstractive(Compressor):
         return self.compress_batch([example])[0]
 
     def describe(self) -> dict[str, Any]:
-        from harness.models import resolve
+        from harness.lm.models import resolve
 
         compressor = "t5-seq2seq" if self.kind == "seq2seq" else "prompted-causal-lm"
         return {"name": self.name, "compressor": compressor,

@@ -122,7 +122,7 @@ class Refiner(Compressor):
         return self.compress_batch([example])[0]
 
     def describe(self) -> dict[str, Any]:
-        from harness.models import resolve
+        from harness.lm.models import resolve
 
         return {"name": self.name, "model": resolve(self.model).describe(),
                 "adapter": resolve(self.adapter).describe() if self.adapter else None, "prompt": self.prompt,

@@ -42,7 +42,7 @@ def _device(device: str | None) -> str:
 
 
 def _model_info(ref: str) -> dict[str, Any]:
-    from harness.models import resolve
+    from harness.lm.models import resolve
 
     return resolve(ref).describe()
 
@@ -51,7 +51,7 @@ class BiEncoderScorer:
     """Similarity of independently encoded question and unit embeddings (a dual encoder).
 
     ``pooling="model"`` encodes with the sentence-transformers pipeline saved with the model
-    (all-MiniLM-L6-v2: mean pooling, then L2 normalisation), shared through ``harness.resources``.
+    (all-MiniLM-L6-v2: mean pooling, then L2 normalisation), shared through the model layer (``harness.lm.encoders``).
     ``pooling="mean"`` is RECOMP's extractive scorer (``run_extractive_compressor.py``): the transformer's
     last hidden states averaged over the attention mask (question and units tokenised in padded batches,
     truncated at the tokenizer's maximum length), with no normalisation. ``similarity`` is ``cosine`` or
@@ -74,22 +74,13 @@ class BiEncoderScorer:
         self._encoder: Any = None
 
     def load(self) -> None:
-        from harness import resources
+        from harness.lm.encoders import hf_encoder, sentence_encoder
 
         device = _device(self.device)
         if self.pooling == "model":
-            self._encoder = resources.sentence_encoder(self.model, device)
+            self._encoder = sentence_encoder(self.model, device)
             return
-
-        def build():
-            from transformers import AutoModel, AutoTokenizer
-
-            from harness.models import resolve
-
-            path = resolve(self.model).path
-            return AutoModel.from_pretrained(path).to(device).eval(), AutoTokenizer.from_pretrained(path)
-
-        self._encoder = resources.shared(("hf_encoder", self.model, device), build)
+        self._encoder = hf_encoder(self.model, device)
 
     def _mean_pooled(self, texts: list[str]):
         import torch
@@ -138,20 +129,9 @@ class CrossEncoderScorer:
         self._ce: Any = None
 
     def load(self) -> None:
-        from harness import resources
+        from harness.lm.encoders import cross_encoder
 
-        device = _device(self.device)
-
-        def build():
-            import torch
-            from sentence_transformers import CrossEncoder
-
-            from harness.models import resolve
-
-            return CrossEncoder(resolve(self.model).path, device=device, max_length=self.max_length,
-                                activation_fn=torch.nn.Identity())
-
-        self._ce = resources.shared(("cross_encoder", self.model, device, self.max_length), build)
+        self._ce = cross_encoder(self.model, _device(self.device), self.max_length)
 
     def score(self, question: str, texts: Sequence[str]) -> list[float]:
         if not texts:

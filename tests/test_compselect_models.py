@@ -207,7 +207,7 @@ def test_paper_profile_path_on_tiny_random_models(tmp_path, generator):
     )
     from transformers import AutoTokenizer
 
-    from harness.models import resolve
+    from harness.lm.models import resolve
 
     AutoTokenizer.from_pretrained(resolve(ENCODER).path).save_pretrained(tmp_path / "distilbert")
     base = str(tmp_path / "distilbert")
@@ -236,14 +236,14 @@ def test_extractor_targets_combine_answer_sentences_knn_and_question_order(nq5):
     shown sentences within that cosine distance of one of them."""
     from omegaconf import OmegaConf
 
-    from harness import resources
+    from harness.lm.encoders import sentence_encoder
     from methods.compselect.labels import answer_sentences
     from methods.compselect.lora_lm import LoraLM
     from methods.compselect.method import extractor_input
     from methods.compselect.train import extractor_targets
 
     lm = LoraLM(LM)
-    enc = resources.sentence_encoder(ENCODER)
+    enc = sentence_encoder(ENCODER)
     cfg = lambda eps: OmegaConf.create({"extractor": {"epsilon": eps, "match": "raw", "max_input_tokens": 1024}})  # noqa: E731
     exact, wide = extractor_targets(cfg(0.0), lm, enc, nq5), extractor_targets(cfg(0.6), lm, enc, nq5)
     with_answer = added = 0
@@ -272,7 +272,7 @@ def test_extractor_sft_on_a_real_slice_lowers_the_loss(generator, nq5):
     the loss on them."""
     from omegaconf import OmegaConf
 
-    from harness import resources
+    from harness.lm.encoders import sentence_encoder
     from methods.compselect.lora_lm import LoraLM
     from methods.compselect.method import extractor_input
     from methods.compselect.prompts import sentence_lines
@@ -281,7 +281,7 @@ def test_extractor_sft_on_a_real_slice_lowers_the_loss(generator, nq5):
 
     lm = LoraLM(LM)
     cfg = OmegaConf.create({"extractor": {"epsilon": 0.0, "match": "raw", "max_input_tokens": 512}})
-    rows = extractor_targets(cfg, lm, resources.sentence_encoder(ENCODER), nq5)
+    rows = extractor_targets(cfg, lm, sentence_encoder(ENCODER), nq5)
     data = [make_example(lm, extractor_input(lm, ex, 512).messages, sentence_lines(r["texts"]))
             for ex, r in zip(nq5, rows, strict=True) if r["target"]][:2]
     assert len(data) == 2 and all(len(e.prompt) > 300 and len(e.target) > 5 for e in data)

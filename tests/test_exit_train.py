@@ -1,4 +1,4 @@
-"""EXIT's classifier training (methods/exit_train.py) on real train questions: the labels follow the rule, the
+"""EXIT's classifier training (methods/exit/train.py) on real train questions: the labels follow the rule, the
 training prompts are the ones EXIT scores at inference, tiny runs of both kinds write adapters that the method
 loads, and the committed cross-encoder tells answer sentences from the others on its validation questions."""
 
@@ -11,12 +11,12 @@ import pytest
 
 from tests.conftest import DATA, ENCODER, LM, REPO, load_slice
 
-COMMITTED = REPO / "methods" / "exit_artifacts" / "embedded" / "classifier"
+COMMITTED = REPO / "methods" / "exit" / "artifacts" / "embedded" / "classifier"
 
 
 def test_labels_are_answer_sentences_and_other_sentences_of_the_same_passages():
     from harness.metrics import subem
-    from methods.exit_train import labelled_sentences
+    from methods.exit.train_data import labelled_sentences
 
     rows_seen = 0
     for ex in load_slice("nq", 12, split="train"):
@@ -38,7 +38,7 @@ def test_hard_negatives_come_from_the_answer_passages_and_the_rest_from_the_othe
     the rest sentences of the other passages (made up from the other pool when one runs short)."""
     from harness.metrics import subem
     from harness.text import split_sentences
-    from methods.exit_train import labelled_sentences
+    from methods.exit.train_data import labelled_sentences
 
     seen = {0.0: 0, 1.0: 0}
     for ex in load_slice("nq", 12, split="train"):
@@ -65,8 +65,8 @@ def test_a_tiny_training_run_writes_an_adapter_exit_loads(tmp_path, generator):
     from hydra import compose, initialize_config_dir
 
     from harness.protocols import MethodEnv
-    from methods.exit import Exit
-    from methods.exit_train import run
+    from methods.exit.method import Exit
+    from methods.exit.train import run
 
     with initialize_config_dir(str(REPO / "conf"), version_base="1.3"):
         cfg = compose("train/exit", overrides=[
@@ -96,8 +96,8 @@ def test_a_tiny_cross_encoder_run_writes_a_classifier_exit_loads(tmp_path):
     from hydra import compose, initialize_config_dir
 
     from harness.protocols import MethodEnv
-    from methods.exit import Exit
-    from methods.exit_train import run
+    from methods.exit.method import Exit
+    from methods.exit.train import run
 
     with initialize_config_dir(str(REPO / "conf"), version_base="1.3"):
         cfg = compose("train/exit", overrides=[
@@ -139,7 +139,7 @@ def test_the_committed_classifier_ranks_answer_sentences_first_on_its_validation
     from harness.metrics import subem
     from harness.protocols import MethodEnv
     from harness.text import split_sentences
-    from methods.exit import Exit
+    from methods.exit.method import Exit
 
     c = Exit(ENCODER, adapter=str(COMMITTED), kind="cross_encoder", max_length=256)
     c.bind(MethodEnv(count_tokens=len))
@@ -162,8 +162,8 @@ def test_the_committed_classifier_ranks_answer_sentences_first_on_its_validation
 CROSS_RESUME_SCRIPT = """
 import os, random, signal, sys
 
-from methods.exit_cross_encoder import train_cross_encoder
-from methods.exit_train import labelled_sentences
+from methods.exit.train_classifier import train_cross_encoder
+from methods.exit.train_data import labelled_sentences
 from tests.conftest import ENCODER, load_slice
 
 def data():
@@ -197,7 +197,7 @@ def test_an_interrupted_cross_encoder_run_resumes_to_the_uninterrupted_classifie
 
     case, ckpt = killed_training(tmp_path, CROSS_RESUME_SCRIPT, 5)
     train, val = case["data"]()
-    from methods.exit_cross_encoder import train_cross_encoder
+    from methods.exit.train_classifier import train_cross_encoder
 
     with pytest.raises(ValueError, match="other settings or data"):
         train_cross_encoder(ENCODER, train[:20], val, lora={"r": 4, "alpha": 8, "target_modules": ["query", "value"]},
@@ -217,8 +217,10 @@ def test_a_run_from_an_earlier_classifier_starts_at_its_validation_loss(tmp_path
     """``init_from``: a second run starts from the first one's saved LoRA and head (its step-0 validation loss is
     the first run's selected one, up to the fp16 of the saved file) and, at lr 0, ends with its scores; a LoRA of
     another rank is refused."""
-    from methods.exit_cross_encoder import CrossEncoderClassifier, save_classifier, train_cross_encoder
-    from methods.exit_train import labelled_sentences
+    from harness.lm.lora import save_adapter
+    from methods.exit.classifier import CrossEncoderClassifier
+    from methods.exit.train_classifier import train_cross_encoder
+    from methods.exit.train_data import labelled_sentences
 
     rows = [((ex.question, r["text"], r["context"]), r["label"]) for ex in load_slice("nq", 20, split="train")
             for r in labelled_sentences(ex, 2, 1, random.Random(0), 0.5)]
@@ -226,14 +228,14 @@ def test_a_run_from_an_earlier_classifier_starts_at_its_validation_loss(tmp_path
     lora = {"r": 4, "alpha": 8, "target_modules": ["query", "value"]}
     common = dict(epochs=3, batch_size=4, warmup_ratio=0.1, max_length=96, seed=0, eval_every=2, progress=False)
     first, _, r1 = train_cross_encoder(ENCODER, train, val, lora=lora, lr=3e-3, **common)
-    save_classifier(first, tmp_path / "first", ENCODER)
+    save_adapter(first, tmp_path / "first", ENCODER, embedding_layers=False)  # as train.py saves it
     moved = min(h["val_loss"] for h in r1["val_history"])
     assert r1["selected_step"] > 0 and moved < r1["val_history"][0]["val_loss"]  # the first run learned something
     second, _, r2 = train_cross_encoder(ENCODER, train, val, lora=lora, lr=0.0, init_from=tmp_path / "first",
                                         **common)
     assert abs(r2["val_history"][0]["val_loss"] - moved) < 2e-3
     assert r2["init_from"]["path"] == str(tmp_path / "first") and len(r2["init_from"]["adapter_sha256"]) == 64
-    save_classifier(second, tmp_path / "second", ENCODER)
+    save_adapter(second, tmp_path / "second", ENCODER, embedding_layers=False)
     probe = [t for t, _ in val]
     a = CrossEncoderClassifier(ENCODER, str(tmp_path / "first"), max_length=96).score(probe)
     b = CrossEncoderClassifier(ENCODER, str(tmp_path / "second"), max_length=96).score(probe)
@@ -244,9 +246,9 @@ def test_a_run_from_an_earlier_classifier_starts_at_its_validation_loss(tmp_path
 
 
 def test_the_probe_reads_the_committed_classifiers_validation_questions_and_no_others():
-    """``methods.exit_probe`` selects on the held-out train questions of the classifier's labels: exactly the
+    """``research.exit.probe`` selects on the held-out train questions of the classifier's labels: exactly the
     ``val`` ids of its labels.jsonl, none of its ``train`` ids, and no test question."""
-    from methods.exit_probe import val_questions
+    from research.exit.probe import val_questions
 
     rows = [json.loads(x) for x in (COMMITTED.parent / "labels.jsonl").read_text().splitlines()]
     val_ids = {r["id"] for r in rows if r["part"] == "val"}

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from harness import resources
+from harness.lm.loading import load_hf
 from harness.text import split_sentences
 from harness.types import Example, Passage
 from methods.longllmlingua import CL100K_URL, SETTINGS, LongLLMLingua, offline_tiktoken
@@ -86,7 +86,7 @@ def small(nq5):
 
 def test_the_scorer_is_the_generators_shared_model(bound, generator):
     pc = bound.compressor
-    assert pc.model is generator.model is resources.causal_lm(LM)[0]
+    assert pc.model is generator.model is load_hf(LM)[0]
     assert pc.tokenizer is not generator.tokenizer and pc.tokenizer.padding_side == "left"
 
 

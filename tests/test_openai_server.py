@@ -52,8 +52,8 @@ class VLLMServer:
 
     def launch(self) -> None:
         """Start the server process on a free port (``wait`` until it answers)."""
+        from harness.lm.models import resolve
         from harness.lm.vllm_engine import CPU_BLOCK_SIZE, cpu_environment
-        from harness.models import resolve
 
         self.port = free_port()
         cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", resolve(LM).path,

@@ -48,7 +48,7 @@ def test_mean_pooling_dot_product_is_recomps_scorer():
     import torch
     from transformers import AutoModel, AutoTokenizer
 
-    from harness.models import resolve
+    from harness.lm.models import resolve
 
     q = "when was the eiffel tower built"
     texts = ["The Eiffel Tower was constructed from 1887 to 1889.", "It is 330 metres tall.", "Cats purr."]
@@ -127,7 +127,7 @@ def _tiny_t5(path, tok, eos_first: bool):
 def t5_tokenizer():
     from transformers import AutoTokenizer
 
-    from harness.models import resolve
+    from harness.lm.models import resolve
 
     tok = AutoTokenizer.from_pretrained(resolve(ENCODER).path)
     tok.eos_token = "[SEP]"

@@ -9,8 +9,8 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from harness import resources
 from harness.config import register_resolvers
+from harness.lm.loading import load_hf
 from harness.provenance import REPO_ROOT
 from harness.types import Example, Passage
 from methods.refiner import TEACHER_SYSTEM, Refiner, refiner_context
@@ -84,7 +84,7 @@ def test_lora_path_on_a_tiny_llama(env, nq5, tmp_path):
     from peft import LoraConfig, PeftModel, get_peft_model
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    tok = resources.causal_lm(LM)[1]
+    tok = load_hf(LM)[1]
     torch.manual_seed(0)
     config = LlamaConfig(vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
                          num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=4096,
@@ -102,7 +102,7 @@ def test_lora_path_on_a_tiny_llama(env, nq5, tmp_path):
                      engine="transformers", dtype="float32")
     method.bind(env)
     merged = method._lm.engine.model  # the adapter merged into derived weights (what vLLM would serve)
-    shared = resources.causal_lm(str(base))[0]
+    shared = load_hf(str(base))[0]
     assert merged is not shared and not isinstance(merged, PeftModel)
     assert not any("lora" in n for n, _ in shared.named_parameters())  # the shared base is never wrapped
     q = "model.layers.0.self_attn.q_proj.weight"

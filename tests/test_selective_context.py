@@ -142,7 +142,7 @@ def test_gpt2_path_with_a_tiny_random_model(env, tmp_path, two):
     """The paper profile's GPT-2 architecture (absolute positions, 1-token start marker, short context)."""
     from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
 
-    from harness.models import resolve
+    from harness.lm.models import resolve
 
     tok = AutoTokenizer.from_pretrained(resolve(LM).path)  # GPT-2 BPE family; the real gpt2 needs the hub
     cfg = GPT2Config(n_layer=2, n_head=2, n_embd=32, n_positions=24, vocab_size=len(tok))

@@ -386,11 +386,15 @@ def from_checkpoint(
     }
 
 
-def save_adapter(model, out_dir: str | Path, base_ref: str, dtype: str = "float16") -> Path:
+def save_adapter(
+    model, out_dir: str | Path, base_ref: str, dtype: str = "float16", embedding_layers: bool | str = "auto"
+) -> Path:
     """Write ``adapter_config.json`` and ``adapter_model.safetensors`` (weights cast to ``dtype`` to stay
-    small).
+    small; a classifier's new head, which peft keeps with the adapter, included).
 
     ``base_model_name_or_path`` records the model reference (``embedded:...`` or a hub id), not a local path.
+    ``embedding_layers``: peft's ``save_embedding_layers`` (``auto`` asks the hub whether the base's vocabulary
+    changed unless the LoRA targets embeddings; ``False`` saves none and asks nothing).
     """
     import torch
     from peft import get_peft_model_state_dict
@@ -401,7 +405,7 @@ def save_adapter(model, out_dir: str | Path, base_ref: str, dtype: str = "float1
     cfg = model.peft_config["default"]
     cfg.base_model_name_or_path = base_ref
     cfg.save_pretrained(str(out))
-    state = get_peft_model_state_dict(model)
+    state = get_peft_model_state_dict(model, save_embedding_layers=embedding_layers)
     save_file(
         {k: v.detach().to(getattr(torch, dtype)).contiguous() for k, v in state.items()},
         str(out / "adapter_model.safetensors"),

@@ -74,8 +74,8 @@ def read_report(out: Path, train: Sequence[SFTExample], val: Sequence[SFTExample
 
 
 def load_base(base: str, device: str):
-    """A causal LM from a ``.gguf`` file (de-quantised to fp32, as ``harness.models`` does), a local folder or a
-    model reference of ``harness.models``."""
+    """A causal LM from a ``.gguf`` file (de-quantised to fp32, as ``harness.lm.models`` does), a local folder or a
+    model reference of ``harness.lm.models``."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -84,7 +84,7 @@ def load_base(base: str, device: str):
         model = AutoModelForCausalLM.from_pretrained(str(p.parent), gguf_file=p.name, dtype=torch.float32)
     else:
         if not p.is_dir():
-            from harness.models import resolve
+            from harness.lm.models import resolve
 
             p = Path(resolve(base).path)
         model = AutoModelForCausalLM.from_pretrained(str(p), dtype=torch.float32)

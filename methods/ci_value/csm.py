@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.models import file_sha256
+from harness.lm.models import file_sha256
 from harness.protocols import Compressor, MethodEnv
 from harness.types import Compressed, Example
 
@@ -51,7 +51,7 @@ class CSMSelect(Compressor):
 
     def bind(self, env: MethodEnv) -> None:
         super().bind(env)
-        from harness import resources
+        from harness.lm.encoders import sentence_encoder
 
         from .features import PairEncoder
         from .model import load_head
@@ -65,7 +65,7 @@ class CSMSelect(Compressor):
         if self._pairs.dim != self.head_config["dim"]:
             raise ValueError(f"encoder width {self._pairs.dim} != CSM width {self.head_config['dim']}")
         if self.dedup_encoder:
-            self._dedup = resources.sentence_encoder(self.dedup_encoder)
+            self._dedup = sentence_encoder(self.dedup_encoder)
 
     def units(self, examples: Sequence[Example]) -> list[UnitList]:
         lists = [example_units(ex, self.granularity, self.min_words) for ex in examples]

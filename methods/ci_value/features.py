@@ -6,19 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from harness import resources
-
-
-def _load(ref: str):
-    def build():
-        from transformers import AutoModel, AutoTokenizer
-
-        from harness.models import resolve
-
-        path = resolve(ref).path
-        return AutoModel.from_pretrained(path).eval(), AutoTokenizer.from_pretrained(path)
-
-    return resources.shared(("pair_encoder", ref), build)
+from harness.lm.encoders import hf_encoder
 
 
 class PairEncoder:
@@ -26,7 +14,7 @@ class PairEncoder:
 
     def __init__(self, ref: str, max_length: int = 512, batch_size: int = 32) -> None:
         self.ref, self.max_length, self.batch_size = ref, max_length, batch_size
-        self.model, self.tokenizer = _load(ref)
+        self.model, self.tokenizer = hf_encoder(ref)
         self.dim = int(self.model.config.hidden_size)
 
     def encode(self, questions: Sequence[str], texts: Sequence[str]):

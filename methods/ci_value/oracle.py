@@ -61,9 +61,9 @@ class CIOracle(Compressor):
         super().bind(env)
         self.scorer = resolve_scorer(env, self.scorer_model)
         if self.dedup_encoder:
-            from harness import resources
+            from harness.lm.encoders import sentence_encoder
 
-            self._encoder = resources.sentence_encoder(self.dedup_encoder)
+            self._encoder = sentence_encoder(self.dedup_encoder)
 
     def units(self, examples: Sequence[Example]) -> list[UnitList]:
         lists = [example_units(ex, self.granularity, self.min_words) for ex in examples]

@@ -45,7 +45,7 @@ class LazyScorer:
         self._gen = None
 
     def describe(self) -> dict[str, Any]:
-        from harness.models import resolve
+        from harness.lm.models import resolve
 
         g = self.gcfg
         return {"name": g.name, "dtype": g.get("dtype"), "model": resolve(g.model).describe()}
@@ -72,11 +72,11 @@ class LazyScorer:
 
 
 def _units(cfg: DictConfig, examples):
-    from harness import resources
+    from harness.lm.encoders import sentence_encoder
 
     from .values import example_units, mark_duplicates_batch
 
-    enc = resources.sentence_encoder(cfg.dedup.encoder) if cfg.dedup.encoder else None
+    enc = sentence_encoder(cfg.dedup.encoder) if cfg.dedup.encoder else None
     lists = [example_units(e, cfg.granularity, cfg.min_words) for e in examples]
     return list(zip(examples, mark_duplicates_batch(lists, enc, cfg.dedup.threshold), strict=True))
 
@@ -154,9 +154,9 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         d1, d2 = mark_hard(samples, rb.alpha, rb.delta1, rb.delta2, rb.hard_fraction)
         info.update(delta=[d1, d2], hard=sum(s.hard for s in samples))
         kept = downsample(samples, d1, rb.keep_trivial, rng)
-        from harness import resources
+        from harness.lm.encoders import sentence_encoder
 
-        qenc = resources.sentence_encoder(cfg.encoder_for_questions)
+        qenc = sentence_encoder(cfg.encoder_for_questions)
         qv = qenc.encode([s.question for s in samples], normalize_embeddings=True, show_progress_bar=False)
         plans = interventions(samples, lambda i, j: float(qv[i] @ qv[j]), rb.gamma, rb.max_question_sim, rng,
                               int(rb.interventions_per_hard))

@@ -2,7 +2,7 @@
 ``sft.train_lora``, validation losses). Inference and labelling go through the model layer instead
 (``harness.lm.get_lm(..., adapter=...)``: the adapter merged into derived weights, served by the shared engine).
 
-The base model is the process-wide instance from ``harness.resources.causal_lm``, which the generator may
+The base model is the process-wide instance from ``harness.lm.loading.load_hf``, which the generator may
 share (embedded profile: SmolLM2 is both). ``peft`` injects LoRA layers into the module tree it is given, so
 the adapters go onto a *structural copy* of the base whose parameters are the very same tensors
 (``copy.deepcopy`` with every parameter and buffer pre-seeded in the memo): no extra memory, and the
@@ -19,19 +19,11 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
-from harness import resources
+from harness.lm.loading import adapter_digest, is_adapter_dir, load_causal_lm, load_hf
 from harness.lm.lora import weight_sharing_copy
 from harness.protocols import Messages
 
 log = logging.getLogger(__name__)
-
-
-def adapter_digest(path: str | Path) -> str | None:
-    """SHA-256 of an adapter's weights file (for records), or None when there is none."""
-    from harness.models import file_sha256
-
-    f = Path(path) / "adapter_model.safetensors"
-    return file_sha256(f) if f.is_file() else None
 
 
 class LoraLM:
@@ -49,24 +41,13 @@ class LoraLM:
         self.ref, self.dtype, self.device = ref, dtype, device
         self.adapters = {k: str(v) for k, v in (adapters or {}).items() if v}
         for name, path in self.adapters.items():
-            if not (Path(path) / "adapter_config.json").is_file():
+            if not is_adapter_dir(path):
                 raise FileNotFoundError(
                     f"LoRA adapter {name!r} not found at {path}: train it with `python -m methods.compselect.train`"
                 )
-        base, self.tokenizer = resources.causal_lm(ref, dtype, trust_remote_code)
-        if device != "cpu":
-            import torch
-            from transformers import AutoModelForCausalLM
-
-            from harness.models import resolve
-
-            base = (
-                AutoModelForCausalLM.from_pretrained(
-                    resolve(ref).path, dtype=getattr(torch, dtype), trust_remote_code=trust_remote_code
-                )
-                .to(device)
-                .eval()
-            )
+        base, self.tokenizer = load_hf(ref, dtype, "cpu", trust_remote_code)
+        if device != "cpu":  # a private model: its module tree takes the adapters in place
+            base = load_causal_lm(ref, dtype, device, trust_remote_code)
         self.base = base
         self.model = self._with_adapters(base) if self.adapters else base
 
@@ -108,7 +89,7 @@ class LoraLM:
         return [i for i in ids if i is not None]
 
     def describe(self) -> dict[str, Any]:
-        from harness.models import resolve
+        from harness.lm.models import resolve
 
         return {
             "lm": resolve(self.ref).describe(),

@@ -72,11 +72,11 @@ def train_reranker(
     import torch
     from sentence_transformers.losses import MultipleNegativesRankingLoss
 
-    from methods.compselect.reranker import load_sentence_model
+    from harness.lm.encoders import sentence_model
 
     torch.manual_seed(seed)
     rng = random.Random(seed)
-    st = load_sentence_model(base, device, max_seq_length)
+    st = sentence_model(base, device, max_seq_length)
     acc_before = pairwise_accuracy(st, val)
     if lora:
         from peft import LoraConfig, get_peft_model

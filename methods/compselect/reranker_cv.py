@@ -65,10 +65,10 @@ def main(argv: list[str] | None = None) -> dict:
     from hydra import compose, initialize_config_dir
 
     from harness.config import register_resolvers
+    from harness.lm.encoders import sentence_model
     from harness.provenance import REPO_ROOT
     from methods.compselect.labels import contains_answer, reranker_pairs, reranker_positives, target_triplets
     from methods.compselect.rerank_train import train_reranker_from_config
-    from methods.compselect.reranker import load_sentence_model
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("labels")
@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> dict:
     ids = [r["id"] for r in rows]
     random.Random(args.seed).shuffle(ids)
     fold = {i: k % args.folds for k, i in enumerate(ids)}
-    untuned = load_sentence_model(rc.base, cfg.device, int(rc.max_seq_length))
+    untuned = sentence_model(rc.base, cfg.device, int(rc.max_seq_length))
     report: dict = {
         "labels": args.labels,
         "questions": len(rows),

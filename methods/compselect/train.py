@@ -71,7 +71,7 @@ def write_jsonl(path: Path, rows: Sequence[dict[str, Any]]) -> None:
 
 def load_sets(cfg: DictConfig) -> tuple[dict[str, list], dict[str, str]]:
     from harness.data import DatasetSpec, load_dataset
-    from harness.models import file_sha256
+    from harness.lm.models import file_sha256
 
     sets, hashes = {}, {}
     for name in cfg.data.extractor:
@@ -386,10 +386,12 @@ def resolved_config(cfg: DictConfig) -> dict[str, Any]:
 def run(cfg: DictConfig) -> dict[str, Any]:
     import torch
 
-    from harness import provenance, resources
+    from harness import provenance
     from harness.lm import cache as lm_cache
     from harness.lm import get_lm, release
-    from harness.models import resolve
+    from harness.lm.encoders import sentence_encoder
+    from harness.lm.loading import adapter_digest
+    from harness.lm.models import resolve
     from harness.runner import get_generator
     from methods.compselect.labels import (
         POSITIVES,
@@ -399,7 +401,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         reranker_positives,
         target_triplets,
     )
-    from methods.compselect.lora_lm import LoraLM, adapter_digest
+    from methods.compselect.lora_lm import LoraLM
     from methods.compselect.method import extractor_input
     from methods.compselect.parsing import map_clues
     from methods.compselect.prompts import sentence_lines, truncator_messages, truncator_target
@@ -438,7 +440,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         lm = LoraLM(cfg.lm, {}, cfg.dtype, cfg.device)
         generator = get_generator(cfg.generator)
         generator = generator[0] if isinstance(generator, tuple) else generator  # (generator, fresh) in newer cores
-        encoder = resources.sentence_encoder(cfg.encoder)
+        encoder = sentence_encoder(cfg.encoder)
     (out / "splits.json").write_text(json.dumps(splits, indent=1))
     labeller = Labeller(generator)
 

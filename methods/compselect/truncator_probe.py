@@ -44,7 +44,7 @@ def _report(ks: list[int], rows: list[dict]) -> dict:
 
 def main(argv: list[str] | None = None) -> dict:
     from harness.lm import get_lm
-    from harness.models import resolve
+    from harness.lm.models import resolve
     from methods.compselect.parsing import parse_truncation
     from methods.compselect.prompts import truncator_messages
     from methods.compselect.truncator_decision import truncator_decision

@@ -42,7 +42,7 @@ class LocalLLM:
         return [o.text for o in outs]
 
     def describe(self) -> dict[str, Any]:
-        from harness.models import resolve
+        from harness.lm.models import resolve
 
         return {"backend": self.backend, "model": resolve(self.model_ref).describe(),
                 "lm": self.lm.describe() if self.lm else None, "max_new_tokens": self.max_new_tokens,

@@ -54,9 +54,9 @@ class EDC2(Compressor):
 
     def bind(self, env: MethodEnv) -> None:
         super().bind(env)
-        from harness import resources
+        from harness.lm.encoders import sentence_encoder
 
-        self._encoder = resources.sentence_encoder(self.encoder_ref)
+        self._encoder = sentence_encoder(self.encoder_ref)
         self.llm.load()
 
     def clusters(self, example: Example) -> list[list[int]]:

@@ -12,13 +12,12 @@ passage without titles (EXIT's reassembly). An example may keep nothing.
 
 Profiles: paper: ``google/gemma-2b-it`` with the LoRA ``doubleyyh/exit-gemma-2b`` and ``prompt: literal``,
 EXIT's Gemma turn markers verbatim (``<start_of_turn>user\n...<end_of_turn>\n`` ``<start_of_turn>model\n``
-after the tokenizer's BOS; Gemma's own chat template renders the same text). Embedded: the same user turn
-through SmolLM2-135M-Instruct's chat template (``prompt: chat``, which adds SmolLM2's default system turn) is
-the zero-shot variant (``exit_zeroshot``); the embedded ``exit`` classifier is ``kind: cross_encoder``, a
-MiniLM sentence-pair classifier over the same query, sentence and passage, trained by our code
-(``methods.exit_cross_encoder``, ``methods.exit_train``), because zero-shot SmolLM2 scores near chance. LMs come
-from the model layer (``harness.lm``, vLLM by default); a LoRA is merged into derived weights there, so no shared
-instance is ever wrapped.
+after the tokenizer's BOS; Gemma's own chat template renders the same text). ``prompt: chat`` puts the same user
+turn through the model's chat template (SmolLM2's adds its default system turn; zero-shot SmolLM2 so scored near
+chance, see README.md). The embedded ``exit`` classifier is ``kind: cross_encoder``, a MiniLM sentence-pair
+classifier over the same query, sentence and passage (``classifier.py``), trained by our code (``train.py``). LMs
+come from the model layer (``harness.lm``, vLLM by default); a LoRA is merged into derived weights there, so no
+shared instance is ever wrapped.
 
 Batching: every sentence of a batch of examples is one prompt and all go to the model layer at once; the
 sentences of a passage share the prompt's head (query, passage, "Sentence:" marker), which vLLM's prefix cache
@@ -98,7 +97,7 @@ class Exit(Compressor):
     def bind(self, env: MethodEnv) -> None:
         super().bind(env)
         if self.kind == "cross_encoder":
-            from methods.exit_cross_encoder import CrossEncoderClassifier
+            from methods.exit.classifier import CrossEncoderClassifier
 
             self.cross = CrossEncoderClassifier(self.model_ref, self.adapter, self.max_length, self.batch_size,
                                                 "cpu" if self.device == "auto" else self.device)
@@ -112,16 +111,14 @@ class Exit(Compressor):
 
     def use_tokenizer(self, tok: Any) -> None:
         """Prompt encoding with ``tok`` (``bind`` calls it; training builds its prompts with it, no engine)."""
-        from transformers import AutoConfig
-
-        from harness.models import resolve
+        from harness.lm.loading import model_config
 
         self.tokenizer = tok
         yes, no = (tok.encode(w, add_special_tokens=False) for w in ("Yes", "No"))
         if len(yes) != 1 or len(no) != 1:
             raise ValueError(f'EXIT needs "Yes" and "No" to be single tokens of {self.model_ref}; got {yes}, {no}')
         self.yes_id, self.no_id = yes[0], no[0]
-        cfg = AutoConfig.from_pretrained(resolve(self.model_ref).path, trust_remote_code=self.trust_remote_code)
+        cfg = model_config(self.model_ref, self.trust_remote_code)
         limits = [self.max_length, getattr(cfg, "max_position_embeddings", None)]
         self.limit = min(x for x in limits if isinstance(x, int) and x > 0)
         self.head_tail = self._template()
@@ -216,7 +213,7 @@ class Exit(Compressor):
         )
 
     def describe(self) -> dict[str, Any]:
-        from harness.models import resolve
+        from harness.lm.models import resolve
 
         adapter = resolve(self.adapter).describe() if self.adapter else None
         if self.cross is not None:

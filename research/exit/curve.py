@@ -1,7 +1,10 @@
 """CR of an EXIT run at other thresholds, from its records alone (no classifier call).
 
-``python -m methods.exit_curve <run folder> [--thresholds 0.3 0.35 0.5]`` re-splits each example's passages
-as ``methods.exit`` does, takes the sentence scores (P(Yes)) the run recorded in ``meta.scores``, and prints the
+Question answered: which threshold gives zero-shot SmolLM2 on EXIT's prompt the papers' CR (0.35; the withdrawn
+``exit_zeroshot``); figures in methods/exit/README.md ("Zero-shot SmolLM2").
+
+``python -m research.exit.curve <run folder> [--thresholds 0.3 0.35 0.5]`` re-splits each example's passages
+as ``methods.exit.method`` does, takes the sentence scores (P(Yes)) the run recorded in ``meta.scores``, and prints the
 compression ratio (ratio of sums, the generator's tokenizer) and the number of examples left empty at each
 threshold. It reproduces the run's own CR at the run's threshold; use it on a train-split run to choose a
 threshold for a target CR, not on the test split you report.
@@ -27,11 +30,9 @@ def curve(folder: Path, thresholds=THRESHOLDS, count_tokens=None) -> list[dict]:
     records = read_jsonl(folder / PREDICTIONS)
     examples = {e.id: e for e in load_dataset(DatasetSpec(d["name"], d["path"], int(d["top_k"]), d["rank"], None))}
     if count_tokens is None:
-        from transformers import AutoTokenizer
+        from harness.lm.loading import load_tokenizer
 
-        from harness.models import resolve
-
-        tok = AutoTokenizer.from_pretrained(str(resolve(summary["config"]["generator"]["model"]).path))
+        tok = load_tokenizer(summary["config"]["generator"]["model"])
 
         def count_tokens(text: str) -> int:
             return len(tok(text, add_special_tokens=False)["input_ids"]) if text else 0
@@ -58,7 +59,7 @@ def curve(folder: Path, thresholds=THRESHOLDS, count_tokens=None) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m methods.exit_curve", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m research.exit.curve", description=__doc__.split("\n\n")[0])
     ap.add_argument("run", type=Path, help="run folder of an exit variant (summary.json, predictions.jsonl)")
     ap.add_argument("--thresholds", type=float, nargs="+", default=THRESHOLDS)
     a = ap.parse_args(argv)

@@ -1,7 +1,11 @@
-"""``python -m methods.exit_probe <classifier dir> [<classifier dir> ...] [--thresholds 0.5] [--questions N]``
+"""``python -m research.exit.probe <classifier dir> [<classifier dir> ...] [--thresholds 0.5] [--questions N]``
+
+Question answered: which trained EXIT classifier to install (the committed one: 34.4 SubEM at 2.6x against the
+previous one's 25.9 at 10.4x, and a 3-epoch one's 33.9 at 3.0x); figures in methods/exit/README.md and the
+classifier's ``manifest.json`` (``downstream_validation``).
 
 What EXIT's trained classifiers do downstream on their validation questions (the ``val`` part of the
-``labels.jsonl`` beside each classifier: train-split questions held out by ``methods.exit_train``, never test):
+``labels.jsonl`` beside each classifier: train-split questions held out by ``methods.exit.train``, never test):
 the shared generator's SubEM on what each keeps at each threshold, the compression ratio (ratio of sums, the
 generator's tokenizer), the share of questions with something kept, and the same generator's SubEM with the full
 passages and closed-book, on the same questions. The figures that choose between classifiers (issue: select on
@@ -19,16 +23,11 @@ from harness.provenance import REPO_ROOT
 
 
 def _generator():
-    from hydra import compose, initialize_config_dir
     from hydra.utils import instantiate
 
-    from harness.config import apply_profile_env, register_resolvers
+    from harness.config import compose_config
 
-    register_resolvers()
-    with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base="1.3"):
-        cfg = compose("config")
-    apply_profile_env(cfg)
-    return instantiate(cfg.generator)
+    return instantiate(compose_config("config").generator)
 
 
 def val_questions(labels: Path, data_root: str, n: int | None) -> list:
@@ -36,7 +35,7 @@ def val_questions(labels: Path, data_root: str, n: int | None) -> list:
     wrote them did (its configuration, from the ``manifest.json`` beside them; the data read from ``data_root``)."""
     from omegaconf import OmegaConf
 
-    from methods.exit_train import questions
+    from methods.exit.train_data import questions
 
     ids: list[str] = []
     for line in labels.read_text(encoding="utf-8").splitlines():
@@ -58,7 +57,7 @@ def main(argv: list[str] | None = None) -> dict:
     from harness.metrics import subem
     from harness.prompt import build_messages
     from harness.protocols import MethodEnv
-    from methods.exit import Exit
+    from methods.exit.method import Exit
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("classifiers", nargs="+")
