@@ -18,11 +18,11 @@ from pathlib import Path
 
 def examples(n: int, max_input_tokens: int):
     from harness.data import DatasetSpec, load_dataset
-    from methods.compselect.labels import answer_sentences
-    from methods.compselect.lora_lm import LoraLM
     from methods.compselect.method import extractor_input
     from methods.compselect.prompts import sentence_lines
-    from methods.compselect.sft import make_example
+    from methods.compselect.train_labels import answer_sentences
+    from methods.compselect.train_lm import LoraLM
+    from methods.compselect.train_sft import make_example
 
     root = Path(os.environ.get("RAG_HARNESS_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
     data = load_dataset(DatasetSpec("nq", str(root / "nq" / "train.jsonl.gz"), 5, "none", None))

@@ -138,7 +138,7 @@ def test_extractor_calls_replay_from_the_call_cache_with_their_measured_time(env
 
 
 def test_truncator_probe_reports_predicted_against_label_k(tmp_path, generator):
-    from methods.compselect.truncator_probe import main
+    from research.compselect.truncator_probe import main
 
     labels = REPO / "methods/compselect/artifacts/embedded/labels/truncator_labels.jsonl"
     rows = labels.read_text().splitlines()[:3]
@@ -160,7 +160,7 @@ def test_thresholded_truncator_decision_keeps_more_as_the_threshold_rises(output
     and a kept prefix is a valid K in [1, n]."""
     from harness.lm import get_lm
     from methods.compselect.prompts import truncator_messages
-    from methods.compselect.truncator_decision import truncator_decision
+    from methods.compselect.truncator import truncator_decision
 
     art = REPO / "methods/compselect/artifacts/embedded"
     rows = [json.loads(x) for x in (art / "labels/truncator_labels.jsonl").read_text().splitlines()[:6]]

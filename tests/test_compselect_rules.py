@@ -9,7 +9,10 @@ import numpy as np
 import pytest
 
 from methods.compselect.cascade import cascade
-from methods.compselect.labels import (
+from methods.compselect.parsing import map_clues, parse_lines, parse_truncation
+from methods.compselect.prompts import truncator_target
+from methods.compselect.train_data import clues_from_labels
+from methods.compselect.train_labels import (
     answer_sentences,
     knn_expand,
     likelihood_label,
@@ -20,9 +23,7 @@ from methods.compselect.labels import (
     target_triplets,
     truncation_label,
 )
-from methods.compselect.parsing import map_clues, parse_lines, parse_truncation
-from methods.compselect.prompts import truncator_target
-from methods.compselect.train import clues_from_labels, likelihood_fallback, truncation_labels
+from methods.compselect.train_verdicts import likelihood_fallback, truncation_labels
 
 SOURCES = [
     "Paris is the capital and most populous city of France.",
@@ -233,7 +234,7 @@ def test_result_reads_each_cascade_flag_from_its_own_stage():
 
 
 def test_balance_empty_keeps_every_nonempty_label_and_caps_the_empty_ones():
-    from methods.compselect.labels import balance_empty
+    from methods.compselect.train_labels import balance_empty
 
     ids = [f"q{i}" for i in range(20)]
     k = {i: (2 if n % 5 == 0 else 0) for n, i in enumerate(ids)}  # 4 non-empty, 16 empty
@@ -282,7 +283,7 @@ def test_retraining_one_stage_keeps_the_other_reports_and_the_earlier_runs(tmp_p
     of how the earlier runs were made, oldest first."""
     import json
 
-    from methods.compselect.train import earlier_runs, previous_reports
+    from methods.compselect.train_manifest import earlier_runs, previous_reports
 
     assert previous_reports(tmp_path) == {} and earlier_runs(tmp_path) == []
     first = {
@@ -333,7 +334,7 @@ def test_the_paper_profile_keeps_the_greedy_truncator_and_the_embedded_one_a_val
 
 
 def test_extractor_probe_recall_counts_only_eligible_questions():
-    from methods.compselect.extractor_probe import _recall
+    from research.compselect.extractor_probe import _recall
 
     flags = [{"eligible": True, "recall1": 1.0}, {"eligible": True, "recall1": 0.0},
              {"eligible": False, "recall1": None}]
@@ -342,7 +343,7 @@ def test_extractor_probe_recall_counts_only_eligible_questions():
 
 
 def test_reranker_cv_hit_at_1_counts_questions_with_a_flagged_clue():
-    from methods.compselect.reranker_cv import _pooled, hit_at_1
+    from research.compselect.reranker_cv import _pooled, hit_at_1
 
     rows = [
         {"id": "a", "clues": [{"text": "x", "answer": False, "correct": False},
@@ -361,7 +362,7 @@ def test_reranker_cv_hit_at_1_counts_questions_with_a_flagged_clue():
 
 def test_carried_stage_reports_are_marked_stale_when_their_weights_changed():
     """A stage not re-run keeps its earlier report, unless its adapter was replaced since (copied in by hand)."""
-    from methods.compselect.train import carried_reports
+    from methods.compselect.train_manifest import carried_reports
 
     prev = {"artifacts": {"reranker": "aaa", "truncator": "bbb"}, "seed": 42,
             "reranker": {"train": {"steps": 56}}, "truncator": {"train": {"steps": 129}}, "labels_only": {"x": 1}}

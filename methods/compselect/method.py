@@ -15,7 +15,7 @@ from harness.types import Compressed, Example, Unit
 from methods.compselect.cascade import cascade
 from methods.compselect.parsing import DEFAULT_THRESHOLD, Clue, map_clues, parse_truncation
 from methods.compselect.prompts import OUTPUTS, extractor_messages, truncator_messages
-from methods.compselect.truncator_decision import truncator_decision
+from methods.compselect.truncator import truncator_decision
 
 TRUNCATIONS = ("adaptive", "none", "random")
 

@@ -1,4 +1,5 @@
-"""The shipped train questions the validation probes read (``extractor_probe``, ``truncator_probe``)."""
+"""The shipped train questions the CompSelect analyses read (``extractor_probe``, ``truncator_probe``,
+``reranker_cv``), ranked as ``conf/train/compselect.yaml`` ranks them."""
 
 from __future__ import annotations
 

@@ -1,4 +1,8 @@
-"""``python -m methods.compselect.reranker_cv <reranker_labels.jsonl> [--rules generator,answer] [--folds 3]``
+"""``python -m research.compselect.reranker_cv <reranker_labels.jsonl> [--rules generator,answer] [--folds 3]``
+
+Question answered: which clues the reranker should learn to put first, and whether more triplets help (neither
+the answer rule nor the extractor's triplets beat the paper's rule: not adopted); figures in
+methods/compselect/README.md ("Reranker positives", "More reranker questions").
 
 Which clues should the reranker learn to put first? k-fold cross-validation of the positive rules of
 ``labels.reranker_positives`` on the labelling-train questions of a training run's ``reranker_labels.jsonl``
@@ -22,7 +26,7 @@ import random
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from methods.compselect.probe_data import DEFAULT_DATA, train_examples
+from research.compselect.data import DEFAULT_DATA, train_examples
 
 Scorer = Callable[[str, Sequence[str]], Sequence[float]]
 
@@ -62,13 +66,11 @@ def _pooled(parts: list[dict[str, list]]) -> dict[str, list]:
 
 def main(argv: list[str] | None = None) -> dict:
     import torch
-    from hydra import compose, initialize_config_dir
 
-    from harness.config import register_resolvers
+    from harness.config import compose_config
     from harness.lm.encoders import sentence_model
-    from harness.provenance import REPO_ROOT
-    from methods.compselect.labels import contains_answer, reranker_pairs, reranker_positives, target_triplets
-    from methods.compselect.rerank_train import train_reranker_from_config
+    from methods.compselect.train_labels import contains_answer, reranker_pairs, reranker_positives, target_triplets
+    from methods.compselect.train_reranker import train_reranker_from_config
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("labels")
@@ -80,9 +82,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--extractor-triplets", type=int, default=None,
                     help="per extractor question (default: the training config's reranker.extractor_triplets)")
     args = ap.parse_args(argv)
-    register_resolvers()
-    with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base="1.3"):
-        cfg = compose("train/compselect")
+    cfg = compose_config("train/compselect")
     torch.set_num_threads(int(cfg.threads))
     rc = cfg.reranker
     examples = train_examples(args.data)

@@ -1,5 +1,5 @@
 """The extractor's and truncator's LM *for training*: one base causal LM with named LoRA adapters (LoRA SFT in
-``sft.train_lora``, validation losses). Inference and labelling go through the model layer instead
+``harness.lm.lora.train_lora``, validation losses). Inference and labelling go through the model layer instead
 (``harness.lm.get_lm(..., adapter=...)``: the adapter merged into derived weights, served by the shared engine).
 
 The base model is the process-wide instance from ``harness.lm.loading.load_hf``, which the generator may

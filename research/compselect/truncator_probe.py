@@ -1,4 +1,8 @@
-"""``python -m methods.compselect.truncator_probe <adapter dir> <labels jsonl> [--part val] [--thresholds 0.5,0.7]``
+"""``python -m research.compselect.truncator_probe <adapter dir> <labels jsonl> [--part val] [--thresholds 0.5,0.7]``
+
+Question answered: whether a truncator keeps anything, and which ``empty_threshold`` to install (1.0 for the text
+truncator, 0.6 for the index one, by validation SubEM); figures in methods/compselect/README.md ("Truncator
+decision") and the comments of ``conf/profile/embedded.yaml``.
 
 How often a truncator adapter keeps clues, on the ranked clue lists of a ``truncator_labels.jsonl`` (written by
 ``methods.compselect.train``; ``--output index`` for a truncator trained on K, FineFilter's). ``--part val``
@@ -18,20 +22,15 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from harness.provenance import REPO_ROOT
-from methods.compselect.probe_data import DEFAULT_DATA, train_examples
+from research.compselect.data import DEFAULT_DATA, train_examples
 
 
 def _generator():
-    from hydra import compose, initialize_config_dir
     from hydra.utils import instantiate
 
-    from harness.config import register_resolvers
+    from harness.config import compose_config
 
-    register_resolvers()
-    with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base="1.3"):
-        cfg = compose("train/compselect")
-    return instantiate(cfg.generator)
+    return instantiate(compose_config("train/compselect").generator)
 
 
 def _report(ks: list[int], rows: list[dict]) -> dict:
@@ -47,7 +46,7 @@ def main(argv: list[str] | None = None) -> dict:
     from harness.lm.models import resolve
     from methods.compselect.parsing import parse_truncation
     from methods.compselect.prompts import truncator_messages
-    from methods.compselect.truncator_decision import truncator_decision
+    from methods.compselect.truncator import truncator_decision
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("adapter")
@@ -83,7 +82,7 @@ def main(argv: list[str] | None = None) -> dict:
         "decisions": {name: _report(ks, rows) for name, ks in runs.items()},
     }
     if args.subem:
-        from methods.compselect.train import Labeller
+        from methods.compselect.train_verdicts import Labeller
 
         labeller = Labeller(_generator())
 
