@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
+from harness.influence import ci_values, example_units, gold_answers, mark_duplicates, positive
 from harness.prompt import build_messages
 from harness.types import Example, Passage, Unit
-from methods.ci_value import CIOracle
-from methods.ci_value.values import ci_values, example_units, gold_answers, mark_duplicates, positive
+from methods.ci_oracle import CIOracle
 from methods.vanilla import Naive
 
 

@@ -1,4 +1,4 @@
-"""CSM-e2e trained from an exported file (``methods.ci_value.e2e_file``): the file round-trips, a run trains
+"""CSM-e2e trained from an exported file (``methods.csm.train_e2e_file``): the file round-trips, a run trains
 through the real generator and keeps the epoch best on the held-back figure, a deadline stops it, and the import
 refuses a head trained on other lists; the CLI export -> train -> import path end to end on a slice."""
 
@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from methods.ci_value import e2e_file
-from methods.ci_value.e2e import SoftMaskLM
-from methods.ci_value.features import PairEncoder
-from methods.ci_value.rebalance import Sample
+from methods.csm import train_e2e_file as e2e_file
+from methods.csm.features import PairEncoder
+from methods.csm.train_e2e import SoftMaskLM
+from methods.csm.train_rebalance import Sample
 
 ENCODER = "embedded:all-minilm-l6-v2"
 SETTINGS = {
@@ -80,8 +80,8 @@ def test_cli_export_train_import_on_a_slice(tmp_path, generator):
     from hydra import compose, initialize_config_dir
 
     from harness.config import apply_profile_env
-    from methods.ci_value.model import load_head
-    from methods.ci_value.train import run
+    from methods.csm.head import load_head
+    from methods.csm.train import run
 
     conf = Path(__file__).resolve().parent.parent / "conf"
     common = ["dataset=nq", "dataset.top_k=2", "limit=5", "holdout=0.2", "progress=false", "e2e.batch_size=2",

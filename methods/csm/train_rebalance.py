@@ -1,4 +1,4 @@
-"""CSM-st data rebalancing (paper 002, section 4.2 and App. B), on label rows from ``labels.py``.
+"""CSM-st data rebalancing (paper 002, section 4.2 and App. B), on label rows from ``train_labels.py``.
 
 - Labels are scaled to [-1, 1] by ``y = tanh(phi / label_temperature)``: monotone, so the ranking is unchanged
   (the paper's Fig. 5 scaling; the released ``_piecewise_scale`` is not used).

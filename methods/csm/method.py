@@ -2,9 +2,9 @@
 unit's CI value from (question, unit list); the units with positive prediction are kept in retrieval order.
 
 Local layer: a frozen BERT-family pair encoder (``features.PairEncoder``; paper: bert-base-uncased; embedded
-profile: all-MiniLM-L6-v2). Global and output layers: ``model.CSMHead`` (3 x 8-head self-attention, 2-layer
+profile: all-MiniLM-L6-v2). Global and output layers: ``head.CSMHead`` (3 x 8-head self-attention, 2-layer
 MLP, tanh), loaded from ``weights`` (``head.safetensors`` + ``config.json``, written by
-``python -m methods.ci_value.train``). The same class serves CSM-st and CSM-e2e weights; only training
+``python -m methods.csm.train``). The same class serves CSM-st and CSM-e2e weights; only training
 differs. Units are passages or sentences (``granularity``); duplicates are removed first with the oracle's
 rule, so the model sees the lists it was trained on. Nothing positive -> closed book (released code).
 Departure: the encoder is frozen (released ``csm.py``); the paper does not say whether BERT is fine-tuned.
@@ -16,11 +16,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from harness.influence import GRANULARITIES, UnitList, documents, example_units, mark_duplicates_batch, positive
 from harness.lm.models import file_sha256
 from harness.protocols import Compressor, MethodEnv
 from harness.types import Compressed, Example
-
-from .values import GRANULARITIES, UnitList, documents, example_units, mark_duplicates_batch, positive
 
 
 class CSMSelect(Compressor):
@@ -52,9 +51,8 @@ class CSMSelect(Compressor):
     def bind(self, env: MethodEnv) -> None:
         super().bind(env)
         from harness.lm.encoders import sentence_encoder
-
-        from .features import PairEncoder
-        from .model import load_head
+        from methods.csm.features import PairEncoder
+        from methods.csm.head import load_head
 
         self.head, self.head_config = load_head(self.weights)
         trained_on = self.head_config.get("encoder")
@@ -75,7 +73,7 @@ class CSMSelect(Compressor):
         """Predicted CI (tanh scale) of every unit; dropped units get 0."""
         import torch
 
-        from .model import pad_lists
+        from methods.csm.head import pad_lists
 
         if self.head is None or self._pairs is None:
             raise RuntimeError("CSMSelect was not bound to a run (call bind(MethodEnv(...)))")

@@ -12,10 +12,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from .e2e import Encoded, SoftMaskLM, binary_concrete
-from .losses import st_loss
-from .model import CSMHead, pad_lists
-from .rebalance import Sample
+from methods.csm.head import CSMHead, pad_lists
+from methods.csm.train_e2e import Encoded, SoftMaskLM, binary_concrete
+from methods.csm.train_losses import st_loss
+from methods.csm.train_rebalance import Sample
 
 log = logging.getLogger(__name__)
 FeatureFn = Callable[[Sample], torch.Tensor]

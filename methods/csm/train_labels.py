@@ -15,11 +15,10 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from harness.influence import UnitList, ci_values, documents, gold_answers
 from harness.prompt import build_messages
 from harness.protocols import AnswerScorer
 from harness.types import Example
-
-from .values import UnitList, ci_values, documents, gold_answers
 
 log = logging.getLogger(__name__)
 VERSION = "ci-labels-v1"

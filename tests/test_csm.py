@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from harness.types import Unit
-from methods.ci_value.features import PairEncoder
-from methods.ci_value.losses import contrastive, st_loss
-from methods.ci_value.model import CSMHead, pad_lists
-from methods.ci_value.rebalance import (
+from methods.csm.features import PairEncoder
+from methods.csm.head import CSMHead, pad_lists
+from methods.csm.train_losses import contrastive, st_loss
+from methods.csm.train_rebalance import (
     Sample,
     build_intervened,
     downsample,
@@ -25,7 +25,7 @@ from methods.ci_value.rebalance import (
 )
 
 ENCODER = "embedded:all-minilm-l6-v2"
-WEIGHTS = Path(__file__).resolve().parent.parent / "methods/ci_value/artifacts/embedded/csm_st_passage_nq"
+WEIGHTS = Path(__file__).resolve().parent.parent / "methods/csm/artifacts/embedded/csm_st_passage_nq"
 
 
 @pytest.fixture(scope="module")
@@ -133,7 +133,7 @@ def test_a_few_st_training_steps_lower_the_loss(pairs, nq5):
 
 def test_st_training_ends_with_the_epoch_best_on_validation(pairs, nq5):
     """``train_st(validate=...)`` keeps the weights of the epoch the validation figure prefers, not the last."""
-    from methods.ci_value.fit import predict, train_st
+    from methods.csm.train_fit import predict, train_st
 
     texts = {e.question: [p.render() for p in e.passages] for e in nq5}
     feats_of = {q: pairs.encode([q] * len(t), t) for q, t in texts.items()}
@@ -162,8 +162,8 @@ def test_st_training_ends_with_the_epoch_best_on_validation(pairs, nq5):
     not (WEIGHTS / "head.safetensors").is_file(), reason="embedded CSM weights not trained yet"
 )
 def test_committed_csm_keeps_exactly_the_positive_predictions(env, nq5):
-    from methods.ci_value import CSMSelect
-    from methods.ci_value.model import load_head
+    from methods.csm.head import load_head
+    from methods.csm.method import CSMSelect
 
     m = CSMSelect(str(WEIGHTS), encoder=ENCODER, dedup_encoder=ENCODER)
     m.bind(env)
@@ -188,7 +188,7 @@ def test_committed_csm_keeps_exactly_the_positive_predictions(env, nq5):
 
 def test_e2e_gate_is_exact_at_one_and_differentiable(generator, nq5):
     from harness.prompt import build_messages
-    from methods.ci_value.e2e import SoftMaskLM, binary_concrete
+    from methods.csm.train_e2e import SoftMaskLM, binary_concrete
 
     ex = nq5[0]
     docs = [" ".join(p.render().split()[:30]) for p in ex.passages[:3]]
@@ -216,7 +216,7 @@ def test_eval_mode_reproduces_the_committed_heads_heldout_figures(tmp_path):
     from hydra import compose, initialize_config_dir
 
     from harness.config import apply_profile_env
-    from methods.ci_value.train import run
+    from methods.csm.train import run
 
     conf = Path(__file__).resolve().parent.parent / "conf"
     with initialize_config_dir(str(conf), version_base="1.3"):

@@ -1,8 +1,8 @@
 """Train CSM-e2e from an exported file, on any machine (a GPU one, say):
 
-    python -m methods.ci_value.e2e_file csm_e2e_passage_nq.pt OUT --base PATH [--device cuda] [--time-budget-s 300]
+    python -m methods.csm.train_e2e_file csm_e2e_passage_nq.pt OUT --base PATH [--device cuda] [--time-budget-s 300]
 
-``python -m methods.ci_value.train --config-name train/csm_e2e e2e.export=DIR`` writes one task's training lists
+``python -m methods.csm.train --config-name train/csm_e2e e2e.export=DIR`` writes one task's training lists
 (question, units, gold aliases), their frozen pair features, their token ids under the shared prompt (with the
 unit of every token), the held-back lists with their oracle CI values and features, and the settings to one file.
 This command needs torch, transformers (gguf for a ``.gguf`` base) and this repository's code; no data, encoder
@@ -25,10 +25,10 @@ from typing import Any
 
 import torch
 
-from .e2e import Encoded, SoftMaskLM
-from .fit import heldout_figures, train_e2e
-from .model import CSMHead, save_head
-from .rebalance import Sample
+from methods.csm.head import CSMHead, save_head
+from methods.csm.train_e2e import Encoded, SoftMaskLM
+from methods.csm.train_fit import heldout_figures, train_e2e
+from methods.csm.train_rebalance import Sample
 
 KIND = "csm_e2e"
 
@@ -128,13 +128,13 @@ def train_from_doc(doc: dict[str, Any], model, max_steps: int | None = None,
 
 
 def head_extra(settings: dict[str, Any]) -> dict[str, Any]:
-    """The ``config.json`` entries of an e2e head (as ``methods.ci_value.train`` writes them)."""
+    """The ``config.json`` entries of an e2e head (as ``methods.csm.train`` writes them)."""
     return {"encoder": settings["encoder"], "granularity": settings["granularity"], "mode": "e2e",
             "label_temperature": settings["label_temperature"]}
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    ap = argparse.ArgumentParser(prog="python -m methods.ci_value.e2e_file", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m methods.csm.train_e2e_file", description=__doc__.split("\n\n")[0])
     ap.add_argument("export", type=Path, help="the file written by e2e.export=DIR")
     ap.add_argument("out", type=Path)
     ap.add_argument("--base", required=True, help="the generator: a .gguf file, a local folder or a model ref")

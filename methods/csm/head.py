@@ -90,8 +90,8 @@ def load_head(folder) -> tuple[CSMHead, dict]:
     folder = Path(folder)
     if not (folder / "head.safetensors").is_file():
         raise FileNotFoundError(
-            f"no trained CSM under {folder}: train one with `python -m methods.ci_value.train` "
-            "(see methods/ci_value/README.md)")
+            f"no trained CSM under {folder}: train one with `python -m methods.csm.train` "
+            "(see methods/csm/README.md)")
     cfg = json.loads((folder / "config.json").read_text())
     head = CSMHead(cfg["dim"], cfg["layers"], cfg["heads"], cfg["ffn_dim"], cfg["dropout"], cfg["tanh"])
     head.load_state_dict({k: v.float() for k, v in load_file(str(folder / "head.safetensors")).items()})

@@ -15,6 +15,10 @@ kept unit is >= ``dedup_threshold`` (0.95, papers.md 2.12 item 3). Dropped units
 kept. Gold aliases: exact duplicates and SQuAD-normalised duplicates are merged (the first spelling is
 kept) and at most ``max_answers`` are scored, in dataset order (TriviaQA lists ~13 aliases per question; the
 cap bounds cost at (n+1) x max_answers passes).
+
+Shared by two methods, so it lives in the core rather than in either: the oracle that keeps the units of positive
+CI (``methods/ci_oracle.py``) and CSM, whose surrogate is trained on these values as labels and selects over the
+same unit lists (``methods/csm/``). It depends only on the core (prompt, metrics' normalisation, text units).
 """
 
 from __future__ import annotations

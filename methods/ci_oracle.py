@@ -1,6 +1,6 @@
 """Oracle CI-value selection (paper 002, section 3 and the "oracle CI val." row of Table 1).
 
-Keeps every unit with positive Contextual Influence value (``methods.ci_value.values``), in retrieval order;
+Keeps every unit with positive Contextual Influence value (``harness.influence``), in retrieval order;
 there is no top-k. It reads the gold answers, so it is an upper bound: ``oracle: true`` in ``describe()`` and
 in every record's meta. Nothing positive means closed-book generation (an empty document list), as the
 released code does (the paper is silent; papers.md 2.12 item 7).
@@ -21,10 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from harness.protocols import AnswerScorer, Compressor, MethodEnv, answer_scorer
-from harness.types import Compressed, Example
-
-from .values import (
+from harness.influence import (
     GRANULARITIES,
     UnitList,
     ci_values,
@@ -33,6 +30,8 @@ from .values import (
     mark_duplicates_batch,
     positive,
 )
+from harness.protocols import AnswerScorer, Compressor, MethodEnv, answer_scorer
+from harness.types import Compressed, Example
 
 
 class CIOracle(Compressor):
