@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.lm.lora import Progress, StepPlan
 from methods.exit.classifier import Triple, features
 
 Labelled = tuple[Triple, bool]
@@ -52,27 +53,6 @@ class _Objective:
         return round(total / max(1, len(val)), 5)
 
 
-@dataclass
-class _Plan:
-    """The example order over all epochs, the step count, the optimizer and its schedule."""
-
-    order: list[int]
-    steps: int
-    opt: Any
-    sched: Any
-
-
-@dataclass
-class _Progress:
-    """What a checkpoint carries besides the weights and the optimizer: step losses, validation history, best."""
-
-    start: int = 0
-    resumed_at: int | None = None
-    losses: list[float] = field(default_factory=list)
-    history: list[dict[str, Any]] = field(default_factory=list)
-    best: dict[str, Any] = field(default_factory=dict)
-
-
 def _with_lora(base: str, lora: dict[str, Any], init_from: str | Path | None) -> tuple[Any, Any, dict | None]:
     """(peft model, tokenizer, what it started from): a fresh LoRA and head on ``base``, or ``init_from``'s."""
     from peft import LoraConfig, PeftModel, TaskType, get_peft_model
@@ -101,7 +81,8 @@ def _with_lora(base: str, lora: dict[str, Any], init_from: str | Path | None) ->
     return model, tok, init
 
 
-def _plan(model, n_train: int, epochs: int, batch_size: int, warmup_ratio: float, lr: float, seed: int) -> _Plan:
+def _plan(model, n_train: int, epochs: int, batch_size: int, warmup_ratio: float, lr: float, seed: int) -> StepPlan:
+    """Shuffled epochs cut into batches of ``batch_size`` (one per step); AdamW, linear warm-up then decay."""
     import random
 
     import torch
@@ -114,7 +95,8 @@ def _plan(model, n_train: int, epochs: int, batch_size: int, warmup_ratio: float
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: min((s + 1) / warm, max(0.0, (steps - s) / max(1, steps - warm)))
     )
-    return _Plan(order, steps, opt, sched)
+    groups = [order[k : k + batch_size] for k in range(0, len(order), batch_size)]
+    return StepPlan(groups, order, warm, opt, sched)
 
 
 def _fingerprint(settings: dict[str, Any], train: Sequence[Labelled], val: Sequence[Labelled]) -> str:
@@ -126,7 +108,7 @@ def _fingerprint(settings: dict[str, Any], train: Sequence[Labelled], val: Seque
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _start(ckpt: Path | None, fingerprint: str, plan: _Plan, objective: _Objective, val) -> _Progress:
+def _start(ckpt: Path | None, fingerprint: str, plan: StepPlan, objective: _Objective, val) -> Progress:
     """A checkpoint's progress (weights, optimizer, scheduler and RNG restored), or a fresh one after the
     validation loss of the untrained classifier."""
     from harness.lm.lora import resume_checkpoint
@@ -134,19 +116,18 @@ def _start(ckpt: Path | None, fingerprint: str, plan: _Plan, objective: _Objecti
     if ckpt is not None and ckpt.is_file():
         saved = resume_checkpoint(ckpt, fingerprint, objective.model, plan.opt, plan.sched)  # incl. dropout's RNG
         step = int(saved["step"])
-        return _Progress(step, step, saved["losses"], saved["history"], saved["best"])
+        return Progress(step, step, saved["losses"], saved["history"], saved["best"])
     history = [{"step": 0, "val_loss": objective.validation(val)}]
-    return _Progress(history=history, best={"loss": history[0]["val_loss"], "step": 0, "weights": None})
+    return Progress(history=history, best={"loss": history[0]["val_loss"], "step": 0, "weights": None})
 
 
 def _steps(
     objective: _Objective,
-    plan: _Plan,
-    progress: _Progress,
+    plan: StepPlan,
+    progress: Progress,
     train: Sequence[Labelled],
     val: Sequence[Labelled],
     *,
-    batch_size: int,
     eval_every: int,
     fingerprint: str,
     ckpt: Path | None,
@@ -162,24 +143,24 @@ def _steps(
     model, opt, sched = objective.model, plan.opt, plan.sched
     model.train()
     for step in tqdm(
-        range(progress.start + 1, plan.steps + 1),
+        range(progress.start + 1, len(plan.groups) + 1),
         initial=progress.start,
-        total=plan.steps,
+        total=len(plan.groups),
         disable=not show,
         desc="exit classifier",
     ):
-        loss = objective.batch([train[i] for i in plan.order[(step - 1) * batch_size : step * batch_size]])
+        loss = objective.batch([train[i] for i in plan.groups[step - 1]])
         loss.backward()
         opt.step()
         sched.step()
         opt.zero_grad(set_to_none=True)
         progress.losses.append(round(float(loss.detach()), 4))
-        if step % eval_every == 0 or step == plan.steps:
+        if step % eval_every == 0 or step == len(plan.groups):
             loss_now = objective.validation(val)
             progress.history.append({"step": step, "val_loss": loss_now})
             if loss_now < progress.best["loss"]:
                 progress.best = {"loss": loss_now, "step": step, "weights": trainable_state(model)}
-            if ckpt is not None and step < plan.steps:
+            if ckpt is not None and step < len(plan.groups):
                 save_checkpoint(
                     ckpt,
                     {
@@ -260,7 +241,6 @@ def train_cross_encoder(
         state,
         train,
         val,
-        batch_size=batch_size,
         eval_every=eval_every,
         fingerprint=fingerprint,
         ckpt=ckpt,
@@ -277,7 +257,7 @@ def train_cross_encoder(
         "val_pairs": len(val),
         "positive_share": round(sum(y for _, y in train) / max(1, len(train)), 4),
         "epochs": epochs,
-        "steps": plan.steps,
+        "steps": len(plan.groups),
         "batch_size": batch_size,
         "lr": lr,
         "lora": lora,
