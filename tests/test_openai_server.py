@@ -294,8 +294,8 @@ def test_timeout_fails_at_once_in_one_line_naming_url_and_timeout(server, monkey
 
 @pytest.mark.vllm
 def test_edc2_compresses_through_the_served_model(server, env, nq5, monkeypatch):
-    from methods.edc2 import EDC2
     from methods.edc2.llm import ServerLLM
+    from methods.edc2.method import EDC2
 
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
     m = EDC2(ServerLLM(MODEL, base_url=server.url, max_new_tokens=24), "embedded:all-minilm-l6-v2")
