@@ -50,6 +50,19 @@ def env(generator):
     return MethodEnv(count_tokens=generator.count_tokens, generator=generator)
 
 
+@pytest.fixture(scope="module")
+def one_thread(env):
+    """One intra-op thread for a module (restored after; ``pytestmark = pytest.mark.usefixtures("one_thread")``):
+    on the shared 2-core dev machine under load, two OpenMP threads ran the forward passes of the EXIT,
+    LongLLMLingua and Selective-Context tests 10-20x slower than one. Results do not depend on it."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def load_slice(name: str, n: int, split: str = "test", top_k: int = 5):
     from harness.data import DatasetSpec, load_dataset
 

@@ -15,16 +15,7 @@ from methods.longllmlingua import CL100K_URL, SETTINGS, LongLLMLingua, offline_t
 LM = "embedded:smollm2-135m-instruct"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread(env):
-    """One intra-op thread for this module (restored after): on the shared 2-core dev machine under load,
-    two OpenMP threads ran these forward passes 10-20x slower than one. Results do not depend on it."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def test_tiktoken_loads_offline_without_leaving_the_variable_set(tmp_path, monkeypatch):

@@ -13,16 +13,7 @@ from methods.selective_context import SelectiveContext, phrase_spans, rebuild, t
 LM = "embedded:smollm2-135m-instruct"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread(env):
-    """One intra-op thread for this module (restored after): on the shared 2-core dev machine under load,
-    two OpenMP threads ran these forward passes 10-20x slower than one. Results do not depend on it."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def _texts(text: str, spans) -> list[str]:
