@@ -69,8 +69,9 @@ def example_units(example: Example, granularity: str = "passage", min_words: int
     return ul
 
 
-def mark_duplicates(ul: UnitList, embed: Callable[[list[str]], object] | None = None,
-                    threshold: float = 0.95) -> UnitList:
+def mark_duplicates(
+    ul: UnitList, embed: Callable[[list[str]], object] | None = None, threshold: float = 0.95
+) -> UnitList:
     """Mark later exact (normalised) duplicates, then near-duplicates by embedding cosine >= ``threshold``."""
     seen: dict[str, int] = {}
     for i in ul.active():

@@ -79,22 +79,26 @@ class CIOracle(Compressor):
         out = []
         for (ex, ul), res in zip(items, results, strict=True):
             kept = positive(res.values)
-            out.append(Compressed(
-                documents=documents(ex, ul, kept, self.with_titles),
-                units=[ul.units[i] for i in kept],
-                meta={
-                    "oracle": True,
-                    "ci": [round(v, 6) for v in res.values],
-                    "dropped": {str(i): why for i, why in ul.dropped.items()},
-                    "answers_scored": len(res.answers),
-                    "full_loss": round(res.full_loss, 6),
-                },
-            ))
+            out.append(
+                Compressed(
+                    documents=documents(ex, ul, kept, self.with_titles),
+                    units=[ul.units[i] for i in kept],
+                    meta={
+                        "oracle": True,
+                        "ci": [round(v, 6) for v in res.values],
+                        "dropped": {str(i): why for i, why in ul.dropped.items()},
+                        "answers_scored": len(res.answers),
+                        "full_loss": round(res.full_loss, 6),
+                    },
+                )
+            )
         return out
 
     def describe(self) -> dict[str, Any]:
         return {
-            "name": self.name, "oracle": True, "granularity": self.granularity,
+            "name": self.name,
+            "oracle": True,
+            "granularity": self.granularity,
             "max_answers": self.max_answers,
             "dedup": {"encoder": self.dedup_encoder, "threshold": self.dedup_threshold},
             "min_words": self.min_words if self.granularity == "sentence" else None,
@@ -106,8 +110,9 @@ def resolve_scorer(env: MethodEnv, scorer_model: str | None) -> AnswerScorer:
     """The run's generator when it can score answers; otherwise ``scorer_model`` from the model layer."""
     if scorer_model is None:
         return answer_scorer(
-            env.generator, "ci_oracle", "set method.scorer_model to a local ref of the same model to score with the "
-            "model layer"
+            env.generator,
+            "ci_oracle",
+            "set method.scorer_model to a local ref of the same model to score with the model layer",
         )
     from harness.lm import get_lm
 

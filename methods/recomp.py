@@ -50,8 +50,15 @@ class RecompAbstractive(Compressor):
     name = "recomp_abs"
 
     def __init__(
-        self, model: str, kind: str = "seq2seq", max_input_tokens: int = 1024, max_new_tokens: int = 512,
-        batch_size: int = 8, dtype: str = "float32", instruction: str = INSTRUCTION, engine: str = "vllm",
+        self,
+        model: str,
+        kind: str = "seq2seq",
+        max_input_tokens: int = 1024,
+        max_new_tokens: int = 512,
+        batch_size: int = 8,
+        dtype: str = "float32",
+        instruction: str = INSTRUCTION,
+        engine: str = "vllm",
     ) -> None:
         super().__init__()
         if kind not in KINDS:
@@ -79,11 +86,21 @@ class RecompAbstractive(Compressor):
         model, tok = self._lm
         out: list[tuple[str, int]] = []
         for i in range(0, len(inputs), self.batch_size):
-            enc = tok(inputs[i : i + self.batch_size], padding=True, truncation=True,
-                      max_length=self.max_input_tokens, return_tensors="pt").to(model.device)
+            enc = tok(
+                inputs[i : i + self.batch_size],
+                padding=True,
+                truncation=True,
+                max_length=self.max_input_tokens,
+                return_tensors="pt",
+            ).to(model.device)
             with torch.inference_mode():
-                gen = model.generate(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"],
-                                     max_new_tokens=self.max_new_tokens, do_sample=False, num_beams=1)
+                gen = model.generate(
+                    input_ids=enc["input_ids"],
+                    attention_mask=enc["attention_mask"],
+                    max_new_tokens=self.max_new_tokens,
+                    do_sample=False,
+                    num_beams=1,
+                )
             gc = model.generation_config
             eos = gc.eos_token_id if isinstance(gc.eos_token_id, list) else [gc.eos_token_id]
             drop = {gc.pad_token_id, gc.decoder_start_token_id, tok.pad_token_id, *eos}
@@ -123,9 +140,15 @@ class RecompAbstractive(Compressor):
         from harness.lm.models import resolve
 
         compressor = "t5-seq2seq" if self.kind == "seq2seq" else "prompted-causal-lm"
-        return {"name": self.name, "compressor": compressor,
-                "model": resolve(self.model).describe(), "input_format": TEMPLATE,
-                "instruction": self.instruction if self.kind == "causal-lm" else None,
-                "max_input_tokens": self.max_input_tokens, "max_new_tokens": self.max_new_tokens,
-                "decoding": "greedy", "batch_size": self.batch_size,
-                "lm": self._lm.describe() if self.kind == "causal-lm" and self._lm else None}
+        return {
+            "name": self.name,
+            "compressor": compressor,
+            "model": resolve(self.model).describe(),
+            "input_format": TEMPLATE,
+            "instruction": self.instruction if self.kind == "causal-lm" else None,
+            "max_input_tokens": self.max_input_tokens,
+            "max_new_tokens": self.max_new_tokens,
+            "decoding": "greedy",
+            "batch_size": self.batch_size,
+            "lm": self._lm.describe() if self.kind == "causal-lm" and self._lm else None,
+        }

@@ -62,7 +62,11 @@ class BiEncoderScorer:
     SIMILARITIES = ("cosine", "dot")
 
     def __init__(
-        self, model: str, pooling: str = "model", similarity: str = "cosine", batch_size: int = 64,
+        self,
+        model: str,
+        pooling: str = "model",
+        similarity: str = "cosine",
+        batch_size: int = 64,
         device: str | None = None,
     ) -> None:
         if pooling not in self.POOLINGS:
@@ -104,8 +108,13 @@ class BiEncoderScorer:
         import torch
 
         if self.pooling == "model":
-            emb = self._encoder.encode([question, *texts], batch_size=self.batch_size, convert_to_tensor=True,
-                                       show_progress_bar=False).float().cpu()
+            emb = (
+                self._encoder.encode(
+                    [question, *texts], batch_size=self.batch_size, convert_to_tensor=True, show_progress_bar=False
+                )
+                .float()
+                .cpu()
+            )
         else:
             emb = self._mean_pooled([question, *texts])
         if self.similarity == "cosine":
@@ -113,8 +122,12 @@ class BiEncoderScorer:
         return (emb[1:] @ emb[0]).tolist()
 
     def describe(self) -> dict[str, Any]:
-        return {"scorer": "bi-encoder", "model": _model_info(self.model), "pooling": self.pooling,
-                "similarity": self.similarity}
+        return {
+            "scorer": "bi-encoder",
+            "model": _model_info(self.model),
+            "pooling": self.pooling,
+            "similarity": self.similarity,
+        }
 
 
 class CrossEncoderScorer:
@@ -122,9 +135,7 @@ class CrossEncoderScorer:
     (question, unit) pair, read raw (no sigmoid), as FlagEmbedding's ``FlagReranker.compute_score`` does for
     ``BAAI/bge-reranker-*``; pairs are truncated at ``max_length`` tokens (512, FlagReranker's default)."""
 
-    def __init__(
-        self, model: str, max_length: int = 512, batch_size: int = 32, device: str | None = None
-    ) -> None:
+    def __init__(self, model: str, max_length: int = 512, batch_size: int = 32, device: str | None = None) -> None:
         self.model, self.max_length, self.batch_size, self.device = model, max_length, batch_size, device
         self._ce: Any = None
 
@@ -138,8 +149,9 @@ class CrossEncoderScorer:
             return []
         if self._ce is None:
             self.load()
-        scores = self._ce.predict([(question, t) for t in texts], batch_size=self.batch_size,
-                                  show_progress_bar=False, convert_to_numpy=True)
+        scores = self._ce.predict(
+            [(question, t) for t in texts], batch_size=self.batch_size, show_progress_bar=False, convert_to_numpy=True
+        )
         return [float(s) for s in scores]
 
     def describe(self) -> dict[str, Any]:

@@ -29,8 +29,9 @@ def killed_training(tmp_path: Path, source: str, kill_at: int) -> tuple[dict, Pa
     script.write_text(source)
     ckpt = tmp_path / "ckpt.pt"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    killed = subprocess.run([sys.executable, str(script), str(ckpt), str(kill_at)], env=env, capture_output=True,
-                            timeout=300)
+    killed = subprocess.run(
+        [sys.executable, str(script), str(ckpt), str(kill_at)], env=env, capture_output=True, timeout=300
+    )
     assert killed.returncode == -9 and ckpt.is_file(), killed.stderr.decode()[-2000:]
     return runpy.run_path(str(script)), ckpt
 

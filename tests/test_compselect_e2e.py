@@ -94,8 +94,9 @@ def test_empty_truncation_runs_closed_book_through_the_runner(compselect, env, g
     from harness.runner import process
     from methods.vanilla import Naive
 
-    monkeypatch.setattr(compselect, "truncate",
-                        lambda exs, ranked: ([0] * len(ranked), [""] * len(ranked), [None] * len(ranked)))
+    monkeypatch.setattr(
+        compselect, "truncate", lambda exs, ranked: ([0] * len(ranked), [""] * len(ranked), [None] * len(ranked))
+    )
     ex = nq5[1]
     (row,), _ = process([ex], compselect, generator)
     assert row["meta"]["k"] == 0 and row["units"] == [] and row["meta"]["n_clues"] > 0
@@ -106,8 +107,9 @@ def test_empty_truncation_runs_closed_book_through_the_runner(compselect, env, g
     assert row["compressed_tokens"] == 0
 
 
-def test_extractor_calls_replay_from_the_call_cache_with_their_measured_time(env, generator, nq5, tmp_path,
-                                                                              monkeypatch):
+def test_extractor_calls_replay_from_the_call_cache_with_their_measured_time(
+    env, generator, nq5, tmp_path, monkeypatch
+):
     """The ablations share the extractor through the model layer's call cache: a second run of the same prompt
     gives the same clues without generating, and the run still pays the seconds the extraction was measured
     at."""

@@ -108,8 +108,9 @@ def test_token_loss_norm_weighs_every_target_token_alike(generator):
     with torch.no_grad():
         losses = [float(_loss(generator.model, e)) for e in data]  # LoRA starts as the identity
     sizes = [len(e.target) for e in data]
-    kw = dict(r=4, alpha=8, dropout=0.0, target_modules=["q_proj"], lr=1e-4, epochs=1, grad_accum=2,
-              warmup_ratio=0.0, seed=0)
+    kw = dict(
+        r=4, alpha=8, dropout=0.0, target_modules=["q_proj"], lr=1e-4, epochs=1, grad_accum=2, warmup_ratio=0.0, seed=0
+    )
     for norm, expected in (
         ("token", sum(x * n for x, n in zip(losses, sizes, strict=True)) / sum(sizes)),
         ("example", sum(losses) / 2),
@@ -284,12 +285,26 @@ def test_extractor_sft_on_a_real_slice_lowers_the_loss(generator, nq5):
     lm = LoraLM(LM)
     cfg = OmegaConf.create({"extractor": {"epsilon": 0.0, "match": "raw", "max_input_tokens": 512}})
     rows = extractor_targets(cfg, lm, sentence_encoder(ENCODER), nq5)
-    data = [make_example(lm, extractor_input(lm, ex, 512).messages, sentence_lines(r["texts"]))
-            for ex, r in zip(nq5, rows, strict=True) if r["target"]][:2]
+    data = [
+        make_example(lm, extractor_input(lm, ex, 512).messages, sentence_lines(r["texts"]))
+        for ex, r in zip(nq5, rows, strict=True)
+        if r["target"]
+    ][:2]
     assert len(data) == 2 and all(len(e.prompt) > 300 and len(e.target) > 5 for e in data)
-    _, report = train_lora(generator.model, data, data, r=8, alpha=16, dropout=0.0,
-                           target_modules=["q_proj", "v_proj"], lr=2e-3, epochs=3, grad_accum=1,
-                           warmup_ratio=0.0, seed=0)
+    _, report = train_lora(
+        generator.model,
+        data,
+        data,
+        r=8,
+        alpha=16,
+        dropout=0.0,
+        target_modules=["q_proj", "v_proj"],
+        lr=2e-3,
+        epochs=3,
+        grad_accum=1,
+        warmup_ratio=0.0,
+        seed=0,
+    )
     assert report["optimizer_steps"] == 6
     assert report["val_loss_after"] < 0.8 * report["val_loss_before"]
 
@@ -361,8 +376,22 @@ def test_interrupted_training_resumes_to_the_uninterrupted_adapter(tmp_path):
     from harness.lm.lora import train_lora
 
     with pytest.raises(ValueError, match="other settings or data"):
-        train_lora(case["tiny"](), train, val, r=4, alpha=8, dropout=0.0, target_modules=["q_proj", "v_proj"],
-                   lr=1e-3, epochs=3, grad_accum=2, warmup_ratio=0.1, seed=0, checkpoint=ckpt, save_every=2)
+        train_lora(
+            case["tiny"](),
+            train,
+            val,
+            r=4,
+            alpha=8,
+            dropout=0.0,
+            target_modules=["q_proj", "v_proj"],
+            lr=1e-3,
+            epochs=3,
+            grad_accum=2,
+            warmup_ratio=0.1,
+            seed=0,
+            checkpoint=ckpt,
+            save_every=2,
+        )
 
 
 def test_bf16_autocast_keeps_fp32_master_weights_and_tracks_the_fp32_losses(tmp_path):
@@ -376,8 +405,17 @@ def test_bf16_autocast_keeps_fp32_master_weights_and_tracks_the_fp32_losses(tmp_
     train, val = case["data"]()
     from harness.lm.lora import train_lora
 
-    kw = dict(r=4, alpha=8, dropout=0.0, target_modules=["q_proj", "v_proj"], lr=5e-3, epochs=3, grad_accum=2,
-              warmup_ratio=0.1, seed=0)
+    kw = dict(
+        r=4,
+        alpha=8,
+        dropout=0.0,
+        target_modules=["q_proj", "v_proj"],
+        lr=5e-3,
+        epochs=3,
+        grad_accum=2,
+        warmup_ratio=0.1,
+        seed=0,
+    )
     _, r32 = train_lora(case["tiny"](), train, val, **kw)
     m16, r16 = train_lora(case["tiny"](), train, val, compute_dtype="bfloat16", **kw)
     assert r32["compute_dtype"] is None and r16["compute_dtype"] == "bfloat16"
@@ -401,8 +439,21 @@ def test_auto_compute_dtype_is_bf16_only_where_the_cpu_has_it(tmp_path):
     train, val = case["data"]()
     from harness.lm.lora import train_lora
 
-    _, report = train_lora(case["tiny"](), train, val, r=4, alpha=8, dropout=0.0, target_modules=["q_proj", "v_proj"],
-                           lr=5e-3, epochs=1, grad_accum=2, warmup_ratio=0.1, seed=0, compute_dtype="auto")
+    _, report = train_lora(
+        case["tiny"](),
+        train,
+        val,
+        r=4,
+        alpha=8,
+        dropout=0.0,
+        target_modules=["q_proj", "v_proj"],
+        lr=5e-3,
+        epochs=1,
+        grad_accum=2,
+        warmup_ratio=0.1,
+        seed=0,
+        compute_dtype="auto",
+    )
     assert report["compute_dtype"] == ("bfloat16" if native_bf16() else None)
     assert resolve_compute_dtype("bfloat16") == "bfloat16"
     assert resolve_compute_dtype(None) is None and resolve_compute_dtype("float32") is None

@@ -83,9 +83,7 @@ def test_intervention_transplants_positive_units_among_another_instances_units()
     hard = _sample([0.9, -0.8, 0.0, 0.3], "hq")
     other = _sample([0.0, 0.0, 0.0, 0.0], "oq")
     hard.hard = True
-    plans = interventions(
-        [hard, other], lambda i, j: 0.1, gamma=0.1, max_question_sim=0.5, rng=random.Random(1)
-    )
+    plans = interventions([hard, other], lambda i, j: 0.1, gamma=0.1, max_question_sim=0.5, rng=random.Random(1))
     assert [p[4] for p in plans] == ["high", "low"]
     high, pos = build_intervened(plans[0], random.Random(2))
     assert high.question == "hq" and len(high.texts) == 4
@@ -137,8 +135,7 @@ def test_st_training_ends_with_the_epoch_best_on_validation(pairs, nq5):
 
     texts = {e.question: [p.render() for p in e.passages] for e in nq5}
     feats_of = {q: pairs.encode([q] * len(t), t) for q, t in texts.items()}
-    samples = [Sample(q, ["a"], t, [0.5, -0.5, 0.0, 0.2, -0.1], [0.5, -0.5, 0.0, 0.2, -0.1])
-               for q, t in texts.items()]
+    samples = [Sample(q, ["a"], t, [0.5, -0.5, 0.0, 0.2, -0.1], [0.5, -0.5, 0.0, 0.2, -0.1]) for q, t in texts.items()]
 
     def feats(s):
         return feats_of[s.question]
@@ -158,9 +155,7 @@ def test_st_training_ends_with_the_epoch_best_on_validation(pairs, nq5):
     assert got == pytest.approx([v for row in seen[1] for v in row], abs=1e-6)  # ... and they were rolled back
 
 
-@pytest.mark.skipif(
-    not (WEIGHTS / "head.safetensors").is_file(), reason="embedded CSM weights not trained yet"
-)
+@pytest.mark.skipif(not (WEIGHTS / "head.safetensors").is_file(), reason="embedded CSM weights not trained yet")
 def test_committed_csm_keeps_exactly_the_positive_predictions(env, nq5):
     from methods.csm.head import load_head
     from methods.csm.method import CSMSelect
@@ -223,8 +218,16 @@ def test_eval_mode_reproduces_the_committed_heads_heldout_figures(tmp_path):
         # the committed labels were made by the default (vLLM) generator: read from the cache, no model loads
         manifest = json.loads((WEIGHTS / "manifest.json").read_text())
         limit = manifest["config"]["limit"]  # the same train questions, hence the same held-back share
-        cfg = compose("train/csm", overrides=["mode=eval", "dataset=nq", f"limit={limit}", "progress=false",
-                                              f"eval_out={tmp_path / 'e.json'}"])
+        cfg = compose(
+            "train/csm",
+            overrides=[
+                "mode=eval",
+                "dataset=nq",
+                f"limit={limit}",
+                "progress=false",
+                f"eval_out={tmp_path / 'e.json'}",
+            ],
+        )
     apply_profile_env(cfg)
     got = run(cfg)["heldout"]
     want = manifest["heldout"]

@@ -17,10 +17,21 @@ from methods.csm.train_rebalance import Sample
 
 ENCODER = "embedded:all-minilm-l6-v2"
 SETTINGS = {
-    "seed": 7, "select_epoch": "spearman_pooled", "head": {"layers": 1, "heads": 4, "ffn_dim": 0, "dropout": 0.0},
-    "e2e": {"gate": "attention", "lambda_nec": 1.0, "temperature": 1.0, "epochs": 2, "batch_size": 2, "lr": 1e-2,
-            "max_steps": None},
-    "optim": {"weight_decay": 0.0, "warmup": 0.01}, "encoder": ENCODER, "granularity": "passage",
+    "seed": 7,
+    "select_epoch": "spearman_pooled",
+    "head": {"layers": 1, "heads": 4, "ffn_dim": 0, "dropout": 0.0},
+    "e2e": {
+        "gate": "attention",
+        "lambda_nec": 1.0,
+        "temperature": 1.0,
+        "epochs": 2,
+        "batch_size": 2,
+        "lr": 1e-2,
+        "max_steps": None,
+    },
+    "optim": {"weight_decay": 0.0, "warmup": 0.01},
+    "encoder": ENCODER,
+    "granularity": "passage",
     "label_temperature": 1.0,
 }
 
@@ -29,21 +40,20 @@ SETTINGS = {
 def doc(generator, nq5):
     """Four training lists and one held-back list of short passages (real features, real token ids)."""
     enc = PairEncoder(ENCODER)
-    lists = [(e.question, list(e.answers), [" ".join(p.render().split()[:25]) for p in e.passages[:3]])
-             for e in nq5]
+    lists = [(e.question, list(e.answers), [" ".join(p.render().split()[:25]) for p in e.passages[:3]]) for e in nq5]
     train = [Sample(q, a, t, []) for q, a, t in lists[:4]]
     held = [Sample(lists[4][0], [], lists[4][2], [0.4, -0.2, 0.1])]
     feats = {id(s): enc.encode([s.question] * len(s.texts), s.texts) for s in train + held}
     lm = SoftMaskLM(generator.model, generator.tokenizer)
-    return e2e_file.build_export("embedded:smollm2-135m-instruct", SETTINGS, train, held,
-                                 lambda s: feats[id(s)], lm)
+    return e2e_file.build_export("embedded:smollm2-135m-instruct", SETTINGS, train, held, lambda s: feats[id(s)], lm)
 
 
 def test_export_round_trips_and_its_digest_covers_the_lists(doc, tmp_path):
     path = e2e_file.write_export(tmp_path / "x.pt", doc)
     back = torch.load(path, weights_only=True)  # only tensors and plain types: loadable without trusting pickles
-    assert back["digest"] == doc["digest"] == e2e_file.digest(back["base"], back["settings"], back["train"],
-                                                                 back["held"])
+    assert (
+        back["digest"] == doc["digest"] == e2e_file.digest(back["base"], back["settings"], back["train"], back["held"])
+    )
     changed = [dict(r) for r in back["train"]]
     changed[0]["answers"] = ["something else"]
     assert e2e_file.digest(back["base"], back["settings"], changed, back["held"]) != doc["digest"]
@@ -58,8 +68,9 @@ def test_training_through_the_generator_keeps_the_best_epoch(doc, generator):
     assert [h["epoch"] for h in epochs] == [1, 2]
     assert sum(h.get("selected", False) for h in report["history"]) == 1
     assert all(h["loss"] == pytest.approx(h["suf"] + h["nec"]) for h in report["history"])
-    moved = any(not torch.equal(a, b) for a, b in zip(head.state_dict().values(), head0.state_dict().values(),
-                                                      strict=True))
+    moved = any(
+        not torch.equal(a, b) for a, b in zip(head.state_dict().values(), head0.state_dict().values(), strict=True)
+    )
     assert moved
     assert report["heldout"]["units"] == 3 and report["device"] == "cpu"
     _, rep = e2e_file.train_from_doc(doc, generator.model, time_budget_s=1e-9)
@@ -84,25 +95,41 @@ def test_cli_export_train_import_on_a_slice(tmp_path, generator):
     from methods.csm.train import run
 
     conf = Path(__file__).resolve().parent.parent / "conf"
-    common = ["dataset=nq", "dataset.top_k=2", "limit=5", "holdout=0.2", "progress=false", "e2e.batch_size=2",
-              "e2e.eval_labels=false",
-              f"out_dir={tmp_path / 'csm_e2e_passage_nq'}"]
+    common = [
+        "dataset=nq",
+        "dataset.top_k=2",
+        "limit=5",
+        "holdout=0.2",
+        "progress=false",
+        "e2e.batch_size=2",
+        "e2e.eval_labels=false",
+        f"out_dir={tmp_path / 'csm_e2e_passage_nq'}",
+    ]
     with initialize_config_dir(str(conf), version_base="1.3"):
         cfg_x = compose("train/csm_e2e", overrides=[*common, f"e2e.export={tmp_path / 'x'}"])
         cfg_i = compose("train/csm_e2e", overrides=[*common, f"e2e.import_from={tmp_path / 'o'}"])
     apply_profile_env(cfg_x)
     path = Path(run(cfg_x)["export"])
     assert path.name == "csm_e2e_passage_nq.pt" and not (tmp_path / "csm_e2e_passage_nq").exists()
-    report = e2e_file.main([str(path), str(tmp_path / "o"), "--base", "embedded:smollm2-135m-instruct",
-                            "--device", "cpu", "--max-steps", "1"])
+    report = e2e_file.main(
+        [
+            str(path),
+            str(tmp_path / "o"),
+            "--base",
+            "embedded:smollm2-135m-instruct",
+            "--device",
+            "cpu",
+            "--max-steps",
+            "1",
+        ]
+    )
     assert report["steps"] == 1 and report["train_lists"] == 4 and report["held_lists"] == 0
     m = run(cfg_i)
     assert m["data"]["device"] == "cpu" and m["data"]["imported_from"].endswith("o")
     assert m["history"] == report["history"]
     got, _ = load_head(tmp_path / "csm_e2e_passage_nq")
     want, _ = load_head(tmp_path / "o")
-    assert all(torch.equal(a, b) for a, b in zip(got.state_dict().values(), want.state_dict().values(),
-                                                 strict=True))
+    assert all(torch.equal(a, b) for a, b in zip(got.state_dict().values(), want.state_dict().values(), strict=True))
     assert m["heldout"] == report["heldout"] == {}
     (tmp_path / "o" / "report.json").write_text(json.dumps({**report, "export_digest": "f" * 64}))
     with pytest.raises(ValueError, match="other lists"):

@@ -42,15 +42,17 @@ def test_hard_negatives_come_from_the_answer_passages_and_the_rest_from_the_othe
 
     seen = {0.0: 0, 1.0: 0}
     for ex in load_slice("nq", 12, split="train"):
-        gold = {pi for pi, p in enumerate(ex.passages)
-                if any(subem(s, ex.answers) for s in split_sentences(p.text.strip()))}
+        gold = {
+            pi for pi, p in enumerate(ex.passages) if any(subem(s, ex.answers) for s in split_sentences(p.text.strip()))
+        }
         for share in (0.0, 0.5, 1.0):
             rows = labelled_sentences(ex, 2, 2, random.Random(0), share)
             pos = [r for r in rows if r["label"]]
             neg = [r for r in rows if not r["label"]]
             hard = sum(r["passage"] in gold for r in neg)
-            pool_hard = sum(1 for pi in gold for s in split_sentences(ex.passages[pi].text.strip())
-                            if not subem(s, ex.answers))
+            pool_hard = sum(
+                1 for pi in gold for s in split_sentences(ex.passages[pi].text.strip()) if not subem(s, ex.answers)
+            )
             pool_other = sum(len(split_sentences(p.text.strip())) for pi, p in enumerate(ex.passages) if pi not in gold)
             assert len(neg) == min(2 * len(pos), pool_hard + pool_other)
             want = min(pool_hard, max(round(share * len(neg)), len(neg) - pool_other)) if pos else 0
@@ -69,12 +71,25 @@ def test_a_tiny_training_run_writes_an_adapter_exit_loads(tmp_path, generator):
     from methods.exit.train import run
 
     with initialize_config_dir(str(REPO / "conf"), version_base="1.3"):
-        cfg = compose("train/exit", overrides=[
-            f"out_dir={tmp_path / 'classifier'}", f"data.root={DATA}", "progress=false", "kind=lm", f"model={LM}",
-            "max_length=1024", "data.questions={nq: 6, triviaqa: 0, hotpotqa: 0}", "data.val_fraction=0.5",
-            "data.val_questions=0", "data.max_positives=2", "data.negatives_per_positive=1",
-            "grad_accum=2", "eval_every=2", "save_every=1",
-        ])
+        cfg = compose(
+            "train/exit",
+            overrides=[
+                f"out_dir={tmp_path / 'classifier'}",
+                f"data.root={DATA}",
+                "progress=false",
+                "kind=lm",
+                f"model={LM}",
+                "max_length=1024",
+                "data.questions={nq: 6, triviaqa: 0, hotpotqa: 0}",
+                "data.val_fraction=0.5",
+                "data.val_questions=0",
+                "data.max_positives=2",
+                "data.negatives_per_positive=1",
+                "grad_accum=2",
+                "eval_every=2",
+                "save_every=1",
+            ],
+        )
     m = run(cfg)
     assert m["questions"] == {"train": 3, "val": 3} and 0 < m["labels"]["train"]["questions"] <= 3
     assert m["train"]["optimizer_steps"] >= 2 and m["train"]["val_history"]
@@ -100,12 +115,22 @@ def test_a_tiny_cross_encoder_run_writes_a_classifier_exit_loads(tmp_path):
     from methods.exit.train import run
 
     with initialize_config_dir(str(REPO / "conf"), version_base="1.3"):
-        cfg = compose("train/exit", overrides=[
-            f"out_dir={tmp_path / 'classifier'}", f"data.root={DATA}", "progress=false", "kind=cross_encoder",
-            f"model={ENCODER}", "data.questions={nq: 8, triviaqa: 0, hotpotqa: 0}", "data.val_fraction=0.5",
-            "data.val_questions=0", "cross_encoder.epochs=1", "cross_encoder.batch_size=4",
-            "cross_encoder.eval_every=2",
-        ])
+        cfg = compose(
+            "train/exit",
+            overrides=[
+                f"out_dir={tmp_path / 'classifier'}",
+                f"data.root={DATA}",
+                "progress=false",
+                "kind=cross_encoder",
+                f"model={ENCODER}",
+                "data.questions={nq: 8, triviaqa: 0, hotpotqa: 0}",
+                "data.val_fraction=0.5",
+                "data.val_questions=0",
+                "cross_encoder.epochs=1",
+                "cross_encoder.batch_size=4",
+                "cross_encoder.eval_every=2",
+            ],
+        )
     m = run(cfg)
     assert m["questions"] == {"train": 4, "val": 4} and m["train"]["steps"] >= 2
     assert [h["step"] for h in m["train"]["val_history"]][:2] == [0, 2]
@@ -126,8 +151,12 @@ def _val_questions(n: int):
         r = json.loads(line)
         if r["part"] == "val" and r["id"] not in ids:
             ids.append(r["id"])
-    found = [e for name in ("nq", "triviaqa", "hotpotqa") for e in load_slice(name, 10_000, split="train")
-             if e.id in set(ids)]
+    found = [
+        e
+        for name in ("nq", "triviaqa", "hotpotqa")
+        for e in load_slice(name, 10_000, split="train")
+        if e.id in set(ids)
+    ]
     random.Random(0).shuffle(found)
     return found[:n]
 
@@ -200,9 +229,21 @@ def test_an_interrupted_cross_encoder_run_resumes_to_the_uninterrupted_classifie
     from methods.exit.train_classifier import train_cross_encoder
 
     with pytest.raises(ValueError, match="other settings or data"):
-        train_cross_encoder(ENCODER, train[:20], val, lora={"r": 4, "alpha": 8, "target_modules": ["query", "value"]},
-                            lr=1e-3, epochs=1, batch_size=4, warmup_ratio=0.1, max_length=96, seed=0, eval_every=2,
-                            progress=False, checkpoint=ckpt)
+        train_cross_encoder(
+            ENCODER,
+            train[:20],
+            val,
+            lora={"r": 4, "alpha": 8, "target_modules": ["query", "value"]},
+            lr=1e-3,
+            epochs=1,
+            batch_size=4,
+            warmup_ratio=0.1,
+            max_length=96,
+            seed=0,
+            eval_every=2,
+            progress=False,
+            checkpoint=ckpt,
+        )
     resumed, r_report = case["run"](ckpt)
     whole, w_report = case["run"](None)
     assert r_report["resumed_at_step"] == 4 and w_report["resumed_at_step"] is None and r_report["steps"] == 6
@@ -222,8 +263,11 @@ def test_a_run_from_an_earlier_classifier_starts_at_its_validation_loss(tmp_path
     from methods.exit.train_classifier import train_cross_encoder
     from methods.exit.train_data import labelled_sentences
 
-    rows = [((ex.question, r["text"], r["context"]), r["label"]) for ex in load_slice("nq", 20, split="train")
-            for r in labelled_sentences(ex, 2, 1, random.Random(0), 0.5)]
+    rows = [
+        ((ex.question, r["text"], r["context"]), r["label"])
+        for ex in load_slice("nq", 20, split="train")
+        for r in labelled_sentences(ex, 2, 1, random.Random(0), 0.5)
+    ]
     train, val = rows[:16], rows[:8]  # validated on training rows: the first run must move its loss
     lora = {"r": 4, "alpha": 8, "target_modules": ["query", "value"]}
     common = dict(epochs=3, batch_size=4, warmup_ratio=0.1, max_length=96, seed=0, eval_every=2, progress=False)
@@ -231,8 +275,7 @@ def test_a_run_from_an_earlier_classifier_starts_at_its_validation_loss(tmp_path
     save_adapter(first, tmp_path / "first", ENCODER, embedding_layers=False)  # as train.py saves it
     moved = min(h["val_loss"] for h in r1["val_history"])
     assert r1["selected_step"] > 0 and moved < r1["val_history"][0]["val_loss"]  # the first run learned something
-    second, _, r2 = train_cross_encoder(ENCODER, train, val, lora=lora, lr=0.0, init_from=tmp_path / "first",
-                                        **common)
+    second, _, r2 = train_cross_encoder(ENCODER, train, val, lora=lora, lr=0.0, init_from=tmp_path / "first", **common)
     assert abs(r2["val_history"][0]["val_loss"] - moved) < 2e-3
     assert r2["init_from"]["path"] == str(tmp_path / "first") and len(r2["init_from"]["adapter_sha256"]) == 64
     save_adapter(second, tmp_path / "second", ENCODER, embedding_layers=False)
@@ -241,8 +284,9 @@ def test_a_run_from_an_earlier_classifier_starts_at_its_validation_loss(tmp_path
     b = CrossEncoderClassifier(ENCODER, str(tmp_path / "second"), max_length=96).score(probe)
     assert max(abs(x - y) for x, y in zip(a, b, strict=True)) < 1e-3
     with pytest.raises(ValueError, match="r=4"):
-        train_cross_encoder(ENCODER, train, val, lora={**lora, "r": 8, "alpha": 16}, lr=0.0,
-                            init_from=tmp_path / "first", **common)
+        train_cross_encoder(
+            ENCODER, train, val, lora={**lora, "r": 8, "alpha": 16}, lr=0.0, init_from=tmp_path / "first", **common
+        )
 
 
 def test_the_probe_reads_the_committed_classifiers_validation_questions_and_no_others():

@@ -218,8 +218,12 @@ def test_dtype_auto_picks_bf16_only_where_it_is_native(monkeypatch):
     from harness.lm import hardware
 
     monkeypatch.setattr(hardware, "has_cuda", lambda: False)
-    for flags, want in (({"avx2", "fma"}, "float32"), ({"avx2", "avx512f"}, "float32"),
-                        ({"avx512f", "avx512_bf16"}, "bfloat16"), ({"amx_bf16"}, "bfloat16")):
+    for flags, want in (
+        ({"avx2", "fma"}, "float32"),
+        ({"avx2", "avx512f"}, "float32"),
+        ({"avx512f", "avx512_bf16"}, "bfloat16"),
+        ({"amx_bf16"}, "bfloat16"),
+    ):
         monkeypatch.setattr(hardware, "cpu_flags", lambda f=flags: frozenset(f))
         assert hardware.pick_dtype("auto") == want, flags
     assert hardware.pick_dtype("float32") == "float32"  # an explicit dtype is kept

@@ -142,8 +142,9 @@ def test_the_packages_condition_compare_error_falls_back_without_it_and_is_recor
     monkeypatch.setattr(pc, "get_compressed_input", get_compressed_input)
     comp = bound.compress(small)
     assert comp.meta["fallback"] == {"condition_compare": False, "error": f"IndexError: {message}"}
-    want = bound._compress([p.render() for p in small.passages], small.question,
-                           {**SETTINGS, "condition_compare": False})
+    want = bound._compress(
+        [p.render() for p in small.passages], small.question, {**SETTINGS, "condition_compare": False}
+    )
     assert comp.documents == [d.strip() for d in want["compressed_prompt"].split("\n\n") if d.strip()]
     assert comp.documents
 

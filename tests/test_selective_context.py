@@ -139,8 +139,15 @@ def test_gpt2_path_with_a_tiny_random_model(env, tmp_path, two):
     cfg = GPT2Config(n_layer=2, n_head=2, n_embd=32, n_positions=24, vocab_size=len(tok))
     GPT2LMHeadModel(cfg).save_pretrained(tmp_path)
     tok.save_pretrained(tmp_path)
-    sc = SelectiveContext(str(tmp_path), reduce_ratio=0.5, unit="sentence", start_marker="<|endoftext|>", device="cpu",
-                          engine="transformers", dtype="float32")
+    sc = SelectiveContext(
+        str(tmp_path),
+        reduce_ratio=0.5,
+        unit="sentence",
+        start_marker="<|endoftext|>",
+        device="cpu",
+        engine="transformers",
+        dtype="float32",
+    )
     sc.bind(env)
     assert sc.window == 23
     comp = sc.compress(two[0])

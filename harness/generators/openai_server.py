@@ -46,8 +46,7 @@ class OpenAIServerGenerator:
         extra_body: dict[str, Any] | None = None,
     ) -> None:
         self.name, self.max_new_tokens, self.tokenizer_ref = name, max_new_tokens, tokenizer
-        self.client = ServerClient(base_url, model, api_key_env, timeout_s, retries, backoff_s, concurrency,
-                                   extra_body)
+        self.client = ServerClient(base_url, model, api_key_env, timeout_s, retries, backoff_s, concurrency, extra_body)
         self._count = self._counter(tokenizer)
 
     def _counter(self, ref: str | None) -> Callable[[str], int]:

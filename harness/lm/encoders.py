@@ -90,9 +90,7 @@ def cross_encoder(ref: str, device: str = "cpu", max_length: int = 512) -> Any:
         import torch
         from sentence_transformers import CrossEncoder
 
-        return CrossEncoder(
-            resolve(ref).path, device=device, max_length=max_length, activation_fn=torch.nn.Identity()
-        )
+        return CrossEncoder(resolve(ref).path, device=device, max_length=max_length, activation_fn=torch.nn.Identity())
 
     return resources.shared(("cross_encoder", ref, device, max_length), build)
 

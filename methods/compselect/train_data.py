@@ -40,11 +40,13 @@ class Stopwatch:
 
         return _Ctx()
 
+
 def write_jsonl(path: Path, rows: Sequence[dict[str, Any]]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", encoding="utf-8") as f:
         for r in rows:
             f.write(json.dumps(r, ensure_ascii=False) + "\n")
+
 
 def load_sets(cfg: DictConfig) -> tuple[dict[str, list], dict[str, str]]:
     from harness.data import DatasetSpec, load_dataset
@@ -56,6 +58,7 @@ def load_sets(cfg: DictConfig) -> tuple[dict[str, list], dict[str, str]]:
         sets[name] = load_dataset(DatasetSpec(name, str(path), int(cfg.data.top_k), cfg.data.rank[name], None))
         hashes[str(path)] = file_sha256(path)
     return sets, hashes
+
 
 def make_splits(sets: dict[str, list], cfg: DictConfig) -> dict[str, dict[str, list[str]]]:
     """Per dataset, a seeded shuffle cut into extractor / labelling questions, each with a validation tail."""
@@ -70,6 +73,7 @@ def make_splits(sets: dict[str, list], cfg: DictConfig) -> dict[str, dict[str, l
             splits.setdefault(part, {}).setdefault("train", []).extend(chosen[: len(chosen) - n_val])
             splits[part].setdefault("val", []).extend(chosen[len(chosen) - n_val :])
     return splits
+
 
 def extractor_targets(cfg: DictConfig, lm, encoder, examples: Sequence) -> list[dict[str, Any]]:
     """Per example: the prompt's shown sentences, S^a, the KNN additions and the ordered target (flat
@@ -104,6 +108,7 @@ def extractor_targets(cfg: DictConfig, lm, encoder, examples: Sequence) -> list[
         )
     return rows
 
+
 def clues_from_labels(path: Path, label_ids: Sequence[str]) -> tuple[dict[str, list], dict[tuple[str, int], bool]]:
     """The clues (in the extractor's order) and generator verdicts of ``label_ids`` as an earlier run's
     ``reranker_labels.jsonl`` recorded them (``reranker.labels_from``): a reranker re-trained on them needs no
@@ -114,8 +119,10 @@ def clues_from_labels(path: Path, label_ids: Sequence[str]) -> tuple[dict[str, l
     rows = {r["id"]: r for r in map(json.loads, path.read_text().splitlines())}
     missing = [i for i in label_ids if i not in rows]
     if missing:
-        raise ValueError(f"reranker.labels_from={path}: {len(missing)} labelling questions missing (first: "
-                         f"{missing[0]}); it must come from a run with the same data and splits")
+        raise ValueError(
+            f"reranker.labels_from={path}: {len(missing)} labelling questions missing (first: "
+            f"{missing[0]}); it must come from a run with the same data and splits"
+        )
     clues = {i: [Clue(j, c["text"], c["text"], 1.0) for j, c in enumerate(rows[i]["clues"])] for i in label_ids}
     ok = {(i, j): bool(c["correct"]) for i in label_ids for j, c in enumerate(rows[i]["clues"])}
     return clues, ok

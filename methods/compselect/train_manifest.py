@@ -20,14 +20,17 @@ def previous_manifest(out: Path) -> dict[str, Any]:
     old = out / "manifest.json"
     return json.loads(old.read_text()) if old.is_file() else {}
 
+
 def stage_reports(manifest: dict[str, Any]) -> dict[str, Any]:
     """The stage reports of ``manifest``: every entry with a ``train`` report, which includes a truncator saved
     under another ``truncator.name``."""
     return {k: v for k, v in manifest.items() if isinstance(v, dict) and "train" in v}
 
+
 def previous_reports(out: Path) -> dict[str, Any]:
     """The stage reports of the manifest already in ``out`` (empty when there is none)."""
     return stage_reports(previous_manifest(out))
+
 
 def carried_reports(prev: dict[str, Any], digests: dict[str, str | None]) -> dict[str, Any]:
     """The stage reports of a previous manifest ``prev``, each marked ``stale`` when its adapter's digest now
@@ -42,6 +45,7 @@ def carried_reports(prev: dict[str, Any], digests: dict[str, str | None]) -> dic
         out[stage] = report
     return out
 
+
 def earlier_runs(out: Path) -> list[dict[str, Any]]:
     """The run records (time, configuration, code, machine) of the trainings that wrote ``out`` before, oldest
     first, so that re-training one stage does not erase how the others were made."""
@@ -49,6 +53,7 @@ def earlier_runs(out: Path) -> list[dict[str, Any]]:
     if not prev:
         return []
     return [*prev.get("earlier_runs", []), {k: prev[k] for k in RUN_KEYS if k in prev}]
+
 
 def resolved_config(cfg: DictConfig) -> dict[str, Any]:
     """The training keys resolved (other methods' entries under ``models`` may need a dataset: left out)."""

@@ -33,12 +33,22 @@ def sft_stage(name: str, cfg_stage: DictConfig, cfg: DictConfig, lm, train_ex, v
         return exported_stage(name, cfg_stage, cfg, train_ex, val_ex, out, targets)
     if cfg_stage.get("from_checkpoint"):
         model, report = from_checkpoint(
-            lm.base, out / f".{name}.checkpoint.pt", r=int(cfg_stage.lora.r), alpha=int(cfg_stage.lora.alpha),
-            dropout=float(cfg_stage.lora.dropout), target_modules=targets, which=str(cfg_stage.from_checkpoint),
+            lm.base,
+            out / f".{name}.checkpoint.pt",
+            r=int(cfg_stage.lora.r),
+            alpha=int(cfg_stage.lora.alpha),
+            dropout=float(cfg_stage.lora.dropout),
+            target_modules=targets,
+            which=str(cfg_stage.from_checkpoint),
         )
-        report.update(examples=len(train_ex), val_examples=len(val_ex), lr=float(cfg_stage.lr),
-                      epochs_planned=float(cfg_stage.epochs), grad_accum=int(cfg_stage.grad_accum),
-                      compute_dtype=resolve_compute_dtype(cfg_stage.get("compute_dtype")))
+        report.update(
+            examples=len(train_ex),
+            val_examples=len(val_ex),
+            lr=float(cfg_stage.lr),
+            epochs_planned=float(cfg_stage.epochs),
+            grad_accum=int(cfg_stage.grad_accum),
+            compute_dtype=resolve_compute_dtype(cfg_stage.get("compute_dtype")),
+        )
         save_adapter(model, out / name, cfg.lm, "float16" if cfg.dtype == "float32" else cfg.dtype)
         del model
         return report
@@ -67,15 +77,24 @@ def sft_stage(name: str, cfg_stage: DictConfig, cfg: DictConfig, lm, train_ex, v
     del model
     return report
 
+
 def sft_settings(cfg_stage: DictConfig, targets: Any) -> dict[str, Any]:
     """The ``train_lora`` keywords of a stage (what an exported stage is trained with elsewhere)."""
     return {
-        "r": int(cfg_stage.lora.r), "alpha": int(cfg_stage.lora.alpha), "dropout": float(cfg_stage.lora.dropout),
-        "target_modules": targets, "lr": float(cfg_stage.lr), "epochs": float(cfg_stage.epochs),
-        "grad_accum": int(cfg_stage.grad_accum), "warmup_ratio": float(cfg_stage.warmup_ratio),
-        "loss_norm": str(cfg_stage.get("loss_norm") or "example"), "eval_every": int(cfg_stage.get("eval_every") or 0),
-        "select_best": bool(cfg_stage.get("select_best")), "compute_dtype": cfg_stage.get("compute_dtype"),
+        "r": int(cfg_stage.lora.r),
+        "alpha": int(cfg_stage.lora.alpha),
+        "dropout": float(cfg_stage.lora.dropout),
+        "target_modules": targets,
+        "lr": float(cfg_stage.lr),
+        "epochs": float(cfg_stage.epochs),
+        "grad_accum": int(cfg_stage.grad_accum),
+        "warmup_ratio": float(cfg_stage.warmup_ratio),
+        "loss_norm": str(cfg_stage.get("loss_norm") or "example"),
+        "eval_every": int(cfg_stage.get("eval_every") or 0),
+        "select_best": bool(cfg_stage.get("select_best")),
+        "compute_dtype": cfg_stage.get("compute_dtype"),
     }
+
 
 def exported_stage(name: str, cfg_stage: DictConfig, cfg: DictConfig, train_ex, val_ex, out: Path, targets) -> dict:
     """``export_sft=DIR``: write the stage's token-id examples and settings to ``DIR/<name>.sft.json.gz`` (for
@@ -90,8 +109,14 @@ def exported_stage(name: str, cfg_stage: DictConfig, cfg: DictConfig, train_ex, 
 
     settings = sft_settings(cfg_stage, targets)
     if cfg.get("export_sft") and not cfg_stage.get("import_from"):  # an imported stage is taken, a later exported
-        path = export_examples(Path(cfg.export_sft) / f"{name}.sft.json.gz", name, cfg.lm, train_ex, val_ex,
-                               {**settings, "seed": int(cfg.seed)})
+        path = export_examples(
+            Path(cfg.export_sft) / f"{name}.sft.json.gz",
+            name,
+            cfg.lm,
+            train_ex,
+            val_ex,
+            {**settings, "seed": int(cfg.seed)},
+        )
         raise ExportDone(path)
     report, adapter = read_report(Path(cfg_stage.import_from), train_ex, val_ex)
     dest = out / name
@@ -100,8 +125,10 @@ def exported_stage(name: str, cfg_stage: DictConfig, cfg: DictConfig, train_ex, 
         shutil.copyfile(adapter / f, dest / f)
     return {**report, "imported_from": str(adapter)}
 
+
 class ExportDone(Exception):
     """Raised once a stage's examples are exported (``export_sft``): the run stops there."""
+
 
 def evaluated_afterwards(base_lm, tuned_lm, name: str, val) -> dict[str, Any]:
     """For an adapter trained by a run that stopped before writing its manifest: its validation loss and the

@@ -29,6 +29,7 @@ class Labeller:
         answers = self.answers([(q, docs) for q, docs, _ in items])
         return [bool(subem(a, golds)) for a, (_, _, golds) in zip(answers, items, strict=True)]
 
+
 def truncation_labels(
     labeller: Labeller, questions: Sequence[tuple[str, list[str], Sequence[str]]], scan: str
 ) -> list[int]:
@@ -48,6 +49,7 @@ def truncation_labels(
             pos[i] += 1
         live = [i for i, k in asks if not verdicts[i][k] and pos[i] < len(orders[i])]
     return [truncation_label(len(o), verdicts[i].__getitem__, scan) for i, o in enumerate(orders)]
+
 
 class NllLabeller:
     """The generator's teacher-forced gold-answer NLL for (question, clue list) prompts, the minimum over the
@@ -71,6 +73,7 @@ class NllLabeller:
             out.append(min(values[i : i + n]) if n else float("inf"))
             i += n
         return out
+
 
 def likelihood_fallback(
     nll: NllLabeller, questions: Sequence[tuple[str, list[str], Sequence[str]]], ks: Sequence[int]

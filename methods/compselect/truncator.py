@@ -66,8 +66,10 @@ def truncator_decision(
     stop, go = lm.stop_ids[0], lm.encode("Sentence 1:", special=False)[0]
     p_empty = [_normalised(r.value)[0] for r in lm.token_logprobs(ids, [stop, go])]
     keep = [i for i, p in enumerate(p_empty) if p < threshold]
-    texts_out = {i: lm.decode([go, *c.token_ids]) for i, c in
-                 zip(keep, lm.generate([ids[i] + [go] for i in keep], max_new_tokens), strict=True)}
+    texts_out = {
+        i: lm.decode([go, *c.token_ids])
+        for i, c in zip(keep, lm.generate([ids[i] + [go] for i in keep], max_new_tokens), strict=True)
+    }
     decisions = []
     for i, (p, texts) in enumerate(zip(p_empty, ranked, strict=True)):
         if i not in texts_out:

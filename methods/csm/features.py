@@ -28,8 +28,14 @@ class PairEncoder:
         out = []
         for s in range(0, len(order), self.batch_size):
             idx = order[s : s + self.batch_size]
-            enc = self.tokenizer([questions[i] for i in idx], [texts[i] for i in idx], truncation="only_second",
-                                 max_length=self.max_length, padding=True, return_tensors="pt")
+            enc = self.tokenizer(
+                [questions[i] for i in idx],
+                [texts[i] for i in idx],
+                truncation="only_second",
+                max_length=self.max_length,
+                padding=True,
+                return_tensors="pt",
+            )
             with torch.inference_mode():
                 h = self.model(**enc).last_hidden_state
             m = enc["attention_mask"].unsqueeze(-1).to(h.dtype)

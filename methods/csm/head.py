@@ -22,8 +22,7 @@ class SelfAttentionBlock(nn.Module):
         self.drop = nn.Dropout(dropout)
         self.ffn = None
         if ffn_dim > 0:
-            self.ffn = nn.Sequential(nn.Linear(dim, ffn_dim), nn.GELU(), nn.Dropout(dropout),
-                                     nn.Linear(ffn_dim, dim))
+            self.ffn = nn.Sequential(nn.Linear(dim, ffn_dim), nn.GELU(), nn.Dropout(dropout), nn.Linear(ffn_dim, dim))
         self.norm2 = nn.LayerNorm(dim) if ffn_dim > 0 else None
 
     def forward(self, x: torch.Tensor, pad: torch.Tensor | None) -> torch.Tensor:
@@ -37,17 +36,23 @@ class SelfAttentionBlock(nn.Module):
 class CSMHead(nn.Module):
     """Global + output layers: (B, N, D) pair features -> (B, N) scores and (B, N, D) global embeddings."""
 
-    def __init__(self, dim: int, layers: int = 3, heads: int = 8, ffn_dim: int = 0, dropout: float = 0.1,
-                 tanh: bool = True) -> None:
+    def __init__(
+        self, dim: int, layers: int = 3, heads: int = 8, ffn_dim: int = 0, dropout: float = 0.1, tanh: bool = True
+    ) -> None:
         super().__init__()
-        self.config = {"dim": dim, "layers": layers, "heads": heads, "ffn_dim": ffn_dim, "dropout": dropout,
-                       "tanh": tanh}
+        self.config = {
+            "dim": dim,
+            "layers": layers,
+            "heads": heads,
+            "ffn_dim": ffn_dim,
+            "dropout": dropout,
+            "tanh": tanh,
+        }
         self.blocks = nn.ModuleList(SelfAttentionBlock(dim, heads, ffn_dim, dropout) for _ in range(layers))
         self.mlp = nn.Sequential(nn.Linear(dim, dim), nn.ReLU(), nn.Dropout(dropout), nn.Linear(dim, 1))
         self.tanh = tanh
 
-    def forward(self, feats: torch.Tensor,
-                pad: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, feats: torch.Tensor, pad: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         g = feats
         for block in self.blocks:
             g = block(g, pad)
@@ -76,8 +81,9 @@ def save_head(head: CSMHead, folder, extra: dict) -> None:
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    save_file({k: v.detach().half().contiguous() for k, v in head.state_dict().items()},
-              str(folder / "head.safetensors"))
+    save_file(
+        {k: v.detach().half().contiguous() for k, v in head.state_dict().items()}, str(folder / "head.safetensors")
+    )
     (folder / "config.json").write_text(json.dumps({**head.config, **extra}, indent=1) + "\n")
 
 
@@ -90,8 +96,8 @@ def load_head(folder) -> tuple[CSMHead, dict]:
     folder = Path(folder)
     if not (folder / "head.safetensors").is_file():
         raise FileNotFoundError(
-            f"no trained CSM under {folder}: train one with `python -m methods.csm.train` "
-            "(see methods/csm/README.md)")
+            f"no trained CSM under {folder}: train one with `python -m methods.csm.train` (see methods/csm/README.md)"
+        )
     cfg = json.loads((folder / "config.json").read_text())
     head = CSMHead(cfg["dim"], cfg["layers"], cfg["heads"], cfg["ffn_dim"], cfg["dropout"], cfg["tanh"])
     head.load_state_dict({k: v.float() for k, v in load_file(str(folder / "head.safetensors")).items()})

@@ -57,8 +57,9 @@ class CSMSelect(Compressor):
         self.head, self.head_config = load_head(self.weights)
         trained_on = self.head_config.get("encoder")
         if self.encoder_ref is not None and trained_on is not None and self.encoder_ref != trained_on:
-            raise ValueError(f"CSM weights {self.weights} were trained on encoder {trained_on!r}, "
-                             f"not {self.encoder_ref!r}")
+            raise ValueError(
+                f"CSM weights {self.weights} were trained on encoder {trained_on!r}, not {self.encoder_ref!r}"
+            )
         self._pairs = PairEncoder(self.encoder_ref or trained_on, self.max_length)
         if self._pairs.dim != self.head_config["dim"]:
             raise ValueError(f"encoder width {self._pairs.dim} != CSM width {self.head_config['dim']}")
@@ -108,17 +109,25 @@ class CSMSelect(Compressor):
         out = []
         for ex, ul, scores in zip(examples, lists, preds, strict=True):
             kept = [i for i in positive(scores, self.threshold) if i not in ul.dropped]
-            out.append(Compressed(
-                documents=documents(ex, ul, kept, self.with_titles),
-                units=[ul.units[i] for i in kept],
-                meta={"scores": [round(s, 5) for s in scores],
-                      "dropped": {str(i): why for i, why in ul.dropped.items()}},
-            ))
+            out.append(
+                Compressed(
+                    documents=documents(ex, ul, kept, self.with_titles),
+                    units=[ul.units[i] for i in kept],
+                    meta={
+                        "scores": [round(s, 5) for s in scores],
+                        "dropped": {str(i): why for i, why in ul.dropped.items()},
+                    },
+                )
+            )
         return out
 
     def describe(self) -> dict[str, Any]:
         cfg = {k: v for k, v in self.head_config.items() if k not in ("figures",)}
-        return {"name": self.name, "granularity": self.granularity, "threshold": self.threshold,
-                "weights": {"path": self.weights, "sha256": file_sha256(Path(self.weights) / "head.safetensors")},
-                "head": cfg,
-                "dedup": {"encoder": self.dedup_encoder, "threshold": self.dedup_threshold}}
+        return {
+            "name": self.name,
+            "granularity": self.granularity,
+            "threshold": self.threshold,
+            "weights": {"path": self.weights, "sha256": file_sha256(Path(self.weights) / "head.safetensors")},
+            "head": cfg,
+            "dedup": {"encoder": self.dedup_encoder, "threshold": self.dedup_threshold},
+        }

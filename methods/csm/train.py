@@ -101,10 +101,16 @@ def _feature_fn(encoder_ref: str, samples):
 def _e2e_settings(cfg: DictConfig) -> dict[str, Any]:
     """What a CSM-e2e run on another machine needs of the config (``train_e2e_file``)."""
     c = OmegaConf.to_container(cfg, resolve=True)
-    return {"seed": int(cfg.seed), "select_epoch": cfg.select_epoch, "head": c["head"],
-            "e2e": {k: v for k, v in c["e2e"].items() if k not in ("export", "import_from", "eval_labels")},
-            "optim": {k: c["optim"][k] for k in ("weight_decay", "warmup")}, "encoder": cfg.encoder,
-            "granularity": cfg.granularity, "label_temperature": float(cfg.rebalance.label_temperature)}
+    return {
+        "seed": int(cfg.seed),
+        "select_epoch": cfg.select_epoch,
+        "head": c["head"],
+        "e2e": {k: v for k, v in c["e2e"].items() if k not in ("export", "import_from", "eval_labels")},
+        "optim": {k: c["optim"][k] for k in ("weight_decay", "warmup")},
+        "encoder": cfg.encoder,
+        "granularity": cfg.granularity,
+        "label_temperature": float(cfg.rebalance.label_temperature),
+    }
 
 
 @dataclass
@@ -185,9 +191,7 @@ def rebalanced(cfg: DictConfig, data: Labelled, rng: random.Random) -> tuple[lis
         syn_ex = [_synthetic_example(s, f"synthetic-{k}-{s.origin}") for k, s in enumerate(synth)]
         syn_items = [(ex, example_units(ex, cfg.granularity, cfg.min_words)) for ex in syn_ex]
         syn_rows = data.label(cfg, syn_items)
-        synth = [
-            from_row(r, rb.label_temperature, origin=s.origin) for r, s in zip(syn_rows, synth, strict=True)
-        ]
+        synth = [from_row(r, rb.label_temperature, origin=s.origin) for r, s in zip(syn_rows, synth, strict=True)]
     mark_hard(synth, rb.alpha, d1, d2)
     train = kept + synth
     weights_from_rarity(train)
@@ -216,7 +220,17 @@ def train_st(cfg: DictConfig, data: Labelled, rng: random.Random) -> Trained:
         return heldout_figures(h, held, feats)[metric]
 
     history = fit_st(
-        head, train, feats, o.epochs, o.batch_size, o.lr, o.weight_decay, o.warmup, o.beta, o.tau, int(cfg.seed),
+        head,
+        train,
+        feats,
+        o.epochs,
+        o.batch_size,
+        o.lr,
+        o.weight_decay,
+        o.warmup,
+        o.beta,
+        o.tau,
+        int(cfg.seed),
         validate if held and metric else None,
     )
     data.info["train_seconds"] = time.perf_counter() - t0
@@ -264,8 +278,19 @@ def e2e_here(cfg: DictConfig, data: Labelled, samples: list, feats, lm, dim: int
     metric = cfg.select_epoch
     t0 = time.perf_counter()
     history = train_e2e(
-        head, samples, feats, lm, e.epochs, e.batch_size, e.lr, cfg.optim.weight_decay, cfg.optim.warmup,
-        e.lambda_nec, e.temperature, e.max_steps, int(cfg.seed),
+        head,
+        samples,
+        feats,
+        lm,
+        e.epochs,
+        e.batch_size,
+        e.lr,
+        cfg.optim.weight_decay,
+        cfg.optim.warmup,
+        e.lambda_nec,
+        e.temperature,
+        e.max_steps,
+        int(cfg.seed),
         validate=(lambda h: heldout_figures(h, held, feats)[metric]) if held and metric else None,
     )
     data.info["train_seconds"] = time.perf_counter() - t0
@@ -292,7 +317,10 @@ def train_e2e(cfg: DictConfig, data: Labelled) -> Trained | dict[str, Any]:
             log.info(
                 "wrote %s (%d training lists, %d held back); train it with `python -m "
                 "methods.csm.train_e2e_file %s OUT --base ...`, then e2e.import_from=OUT",
-                path, len(doc["train"]), len(doc["held"]), path,
+                path,
+                len(doc["train"]),
+                len(doc["held"]),
+                path,
             )
             return {"export": str(path), "digest": doc["digest"]}
         head, history = e2e_imported(cfg, data, doc)
@@ -311,19 +339,34 @@ def save(cfg: DictConfig, data: Labelled, trained: Trained, t_start: float) -> d
     figures = heldout_figures(trained.head, data.held, trained.feats) if data.held else {}
     data_hash = hashlib.sha256("\n".join(trained.data_keys).encode()).hexdigest()
     out = Path(cfg.out_dir)
-    extra = {"encoder": cfg.encoder, "granularity": cfg.granularity, "mode": cfg.mode,
-             "label_temperature": cfg.rebalance.label_temperature}
+    extra = {
+        "encoder": cfg.encoder,
+        "granularity": cfg.granularity,
+        "mode": cfg.mode,
+        "label_temperature": cfg.rebalance.label_temperature,
+    }
     save_head(trained.head, out, extra)
     manifest = {
-        "mode": cfg.mode, "dataset": cfg.dataset.name, "split": cfg.dataset.split, "profile": cfg.profile.name,
-        "generator": data.scorer.describe(), "encoder": cfg.encoder, "seed": int(cfg.seed),
+        "mode": cfg.mode,
+        "dataset": cfg.dataset.name,
+        "split": cfg.dataset.split,
+        "profile": cfg.profile.name,
+        "generator": data.scorer.describe(),
+        "encoder": cfg.encoder,
+        "seed": int(cfg.seed),
         "data_sha256": data_hash,
-        "label_cache": os.path.relpath(cfg.label_cache, REPO_ROOT), "data": data.info, "history": trained.history,
-        "heldout": figures, "wall_seconds": time.perf_counter() - t_start,
+        "label_cache": os.path.relpath(cfg.label_cache, REPO_ROOT),
+        "data": data.info,
+        "history": trained.history,
+        "heldout": figures,
+        "wall_seconds": time.perf_counter() - t_start,
         "command": "python -m methods.csm.train " + " ".join(sys.argv[1:]),
         "config": OmegaConf.to_container(cfg, resolve=True),
-        "files": {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(out.glob("*"))
-                  if p.name != "manifest.json"},
+        "files": {
+            p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(out.glob("*"))
+            if p.name != "manifest.json"
+        },
     }
     manifest["config"] = json.loads(json.dumps(manifest["config"]).replace(str(REPO_ROOT) + "/", ""))
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
@@ -358,14 +401,21 @@ def _evaluate_only(cfg: DictConfig, held, held_rows, t_start: float) -> dict[str
         raise ValueError("mode=eval needs eval_head=<folder of a trained CSM head under artifacts/<profile>>")
     head, hcfg = load_head(cfg.head_dir)
     if hcfg.get("encoder") not in (None, cfg.encoder) or hcfg.get("granularity") not in (None, cfg.granularity):
-        raise ValueError(f"head {cfg.head_dir} was trained with encoder={hcfg.get('encoder')} "
-                         f"granularity={hcfg.get('granularity')}; this run has {cfg.encoder} / {cfg.granularity}")
+        raise ValueError(
+            f"head {cfg.head_dir} was trained with encoder={hcfg.get('encoder')} "
+            f"granularity={hcfg.get('granularity')}; this run has {cfg.encoder} / {cfg.granularity}"
+        )
     feats, _ = _feature_fn(cfg.encoder, held)
     head_manifest = Path(cfg.head_dir) / "manifest.json"
     trained_on = json.loads(head_manifest.read_text()).get("dataset") if head_manifest.is_file() else None
     out = {
-        "mode": "eval", "head_dir": os.path.relpath(cfg.head_dir, REPO_ROOT), "head_trained_on": trained_on,
-        "dataset": cfg.dataset.name, "split": cfg.dataset.split, "limit": cfg.limit, "holdout": cfg.holdout,
+        "mode": "eval",
+        "head_dir": os.path.relpath(cfg.head_dir, REPO_ROOT),
+        "head_trained_on": trained_on,
+        "dataset": cfg.dataset.name,
+        "split": cfg.dataset.split,
+        "limit": cfg.limit,
+        "holdout": cfg.holdout,
         "label_cache": os.path.relpath(cfg.label_cache, REPO_ROOT),
         "data_sha256": hashlib.sha256("\n".join(sorted(r["key"] for r in held_rows)).encode()).hexdigest(),
         "heldout": heldout_figures(head, held, feats) if held else {},

@@ -39,14 +39,15 @@ GATES = ("attention", "embedding")
 
 @dataclass
 class Encoded:
-    ids: torch.Tensor          # (L,) prompt + answer + eos
-    unit_of: torch.Tensor      # (L,) unit index per token, -1 outside the units
+    ids: torch.Tensor  # (L,) prompt + answer + eos
+    unit_of: torch.Tensor  # (L,) unit index per token, -1 outside the units
     prompt_len: int
     n_units: int
 
 
-def binary_concrete(scores: torch.Tensor, temperature: float = 1.0, eps: float = 1e-6,
-                    generator: torch.Generator | None = None) -> torch.Tensor:
+def binary_concrete(
+    scores: torch.Tensor, temperature: float = 1.0, eps: float = 1e-6, generator: torch.Generator | None = None
+) -> torch.Tensor:
     """Relaxed Bernoulli sample with probability ``(s + 1) / 2`` for tanh scores ``s``."""
     p = ((scores + 1) / 2).clamp(eps, 1 - eps)
     # the noise is drawn on the CPU (one stream whatever device the scores are on) and moved to them
@@ -110,8 +111,7 @@ class SoftMaskLM:
             mask = (causal + bias[None, :])[None, None]
             return self.model(input_ids=ids[None], attention_mask=mask).logits[0]
         emb = self.model.get_input_embeddings()(ids[None])
-        return self.model(inputs_embeds=emb * per_token[None, :, None],
-                          attention_mask=causal[None, None]).logits[0]
+        return self.model(inputs_embeds=emb * per_token[None, :, None], attention_mask=causal[None, None]).logits[0]
 
     def sufficiency(self, e: Encoded, gate: torch.Tensor) -> torch.Tensor:
         """Mean NLL per answer token with units gated by ``gate``."""

@@ -23,6 +23,7 @@ FeatureFn = Callable[[Sample], torch.Tensor]
 
 def spearman(a: Sequence[float], b: Sequence[float]) -> float | None:
     """Spearman's rho with average ranks for ties (None when either side is constant)."""
+
     def ranks(x):
         x = np.asarray(x, dtype=np.float64)
         order = np.argsort(x, kind="mergesort")
@@ -48,7 +49,8 @@ def schedule(opt: torch.optim.Optimizer, total: int, warmup: float) -> torch.opt
     """Linear warm-up then cosine decay (the released code's HF Trainer settings)."""
     w = max(1, round(warmup * total))
     return torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: (s + 1) / w if s < w else 0.5 * (1 + math.cos(math.pi * (s - w) / max(1, total - w))))
+        opt, lambda s: (s + 1) / w if s < w else 0.5 * (1 + math.cos(math.pi * (s - w) / max(1, total - w)))
+    )
 
 
 def batches(samples: Sequence[Sample], feats: FeatureFn):
@@ -58,10 +60,20 @@ def batches(samples: Sequence[Sample], feats: FeatureFn):
     return x, pad, y[..., 0], w, torch.tensor([s.hard for s in samples])
 
 
-def train_st(head: CSMHead, samples: list[Sample], feats: FeatureFn, epochs: int = 10, batch_size: int = 16,
-             lr: float = 1e-4, weight_decay: float = 0.005, warmup: float = 0.01, beta: float = 0.1,
-             tau: float = 1.0, seed: int = 2024,
-             validate: Callable[[CSMHead], float | None] | None = None) -> list[dict]:
+def train_st(
+    head: CSMHead,
+    samples: list[Sample],
+    feats: FeatureFn,
+    epochs: int = 10,
+    batch_size: int = 16,
+    lr: float = 1e-4,
+    weight_decay: float = 0.005,
+    warmup: float = 0.01,
+    beta: float = 0.1,
+    tau: float = 1.0,
+    seed: int = 2024,
+    validate: Callable[[CSMHead], float | None] | None = None,
+) -> list[dict]:
     """Re-weighted regression + contrastive loss; returns per-epoch mean losses.
 
     ``validate`` (higher is better, e.g. held-back Spearman) is called after every epoch; the head ends with the
@@ -107,8 +119,7 @@ def train_st(head: CSMHead, samples: list[Sample], feats: FeatureFn, epochs: int
 
 
 @torch.no_grad()
-def predict(head: CSMHead, samples: Sequence[Sample], feats: FeatureFn,
-            batch_size: int = 64) -> list[list[float]]:
+def predict(head: CSMHead, samples: Sequence[Sample], feats: FeatureFn, batch_size: int = 64) -> list[list[float]]:
     head.eval()
     dev = next(head.parameters()).device
     out = []
@@ -120,12 +131,24 @@ def predict(head: CSMHead, samples: Sequence[Sample], feats: FeatureFn,
     return out
 
 
-def train_e2e(head: CSMHead, samples: list[Sample], feats: FeatureFn, lm: SoftMaskLM, epochs: int = 10,
-              batch_size: int = 4, lr: float = 1e-4, weight_decay: float = 0.005, warmup: float = 0.01,
-              lambda_nec: float = 1.0, temperature: float = 1.0, max_steps: int | None = None,
-              seed: int = 2024, encoded: Sequence[Encoded] | None = None,
-              validate: Callable[[CSMHead], float | None] | None = None,
-              deadline: float | None = None) -> list[dict]:
+def train_e2e(
+    head: CSMHead,
+    samples: list[Sample],
+    feats: FeatureFn,
+    lm: SoftMaskLM,
+    epochs: int = 10,
+    batch_size: int = 4,
+    lr: float = 1e-4,
+    weight_decay: float = 0.005,
+    warmup: float = 0.01,
+    lambda_nec: float = 1.0,
+    temperature: float = 1.0,
+    max_steps: int | None = None,
+    seed: int = 2024,
+    encoded: Sequence[Encoded] | None = None,
+    validate: Callable[[CSMHead], float | None] | None = None,
+    deadline: float | None = None,
+) -> list[dict]:
     """L_suf + lambda L_nec through the frozen LM; returns per-step losses and seconds.
 
     The head runs on the LM's device. ``encoded``: the samples' token ids (``lm.encode``, e.g. from an export
@@ -185,8 +208,15 @@ def train_e2e(head: CSMHead, samples: list[Sample], feats: FeatureFn, lm: SoftMa
             opt.step()
             sched.step()
             step += 1
-            history.append({"step": step, "suf": suf_t, "nec": nec_t, "loss": suf_t + lambda_nec * nec_t,
-                            "seconds": time.perf_counter() - t0})
+            history.append(
+                {
+                    "step": step,
+                    "suf": suf_t,
+                    "nec": nec_t,
+                    "loss": suf_t + lambda_nec * nec_t,
+                    "seconds": time.perf_counter() - t0,
+                }
+            )
             log.info("e2e step %d/%d: %s", step, steps, history[-1])
             if deadline is not None and time.perf_counter() >= deadline:
                 history[-1]["deadline"] = True
@@ -213,7 +243,8 @@ def heldout_figures(head: CSMHead, held: Sequence[Sample], feats: FeatureFn) -> 
     kept = sum(v > 0 for v in flat_p)
     hits = sum((p > 0) == (y > 0) for p, y in zip(flat_p, flat_y, strict=True))
     return {
-        "questions": len(held), "units": len(flat_y),
+        "questions": len(held),
+        "units": len(flat_y),
         "spearman_pooled": spearman(flat_p, flat_y),
         "spearman_per_question_mean": sum(per_q) / len(per_q) if per_q else None,
         "spearman_retrieval_rank_pooled": spearman(rank, flat_y),

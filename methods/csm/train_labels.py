@@ -35,9 +35,11 @@ def scorer_identity(scorer: Any) -> dict[str, Any]:
 
 def label_key(scorer_id: dict, ex: Example, ul: UnitList, max_answers: int | None, with_titles: bool) -> str:
     payload = {
-        "v": VERSION, "scorer": scorer_id,
+        "v": VERSION,
+        "scorer": scorer_id,
         "prompt": build_messages(ex.question, documents(ex, ul, ul.active(), with_titles)),
-        "units": ul.texts, "dropped": sorted(ul.dropped.items()),
+        "units": ul.texts,
+        "dropped": sorted(ul.dropped.items()),
         "answers": gold_answers(ex.answers, max_answers),
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
@@ -91,13 +93,22 @@ def label(
             rows = []
             for i, res in zip(part, results, strict=True):
                 ex, ul = items[i]
-                rows.append({
-                    "key": keys[i], "id": ex.id, "question": ex.question, "answers": res.answers,
-                    "units": ul.texts, "unit_ids": [[u.passage, u.sentence] for u in ul.units],
-                    "dropped": {str(j): w for j, w in ul.dropped.items()},
-                    "values": res.values, "full_loss": res.full_loss, "loo_losses": res.loo_losses,
-                    "scorer": sid, **((extra[i] if extra else None) or {}),
-                })
+                rows.append(
+                    {
+                        "key": keys[i],
+                        "id": ex.id,
+                        "question": ex.question,
+                        "answers": res.answers,
+                        "units": ul.texts,
+                        "unit_ids": [[u.passage, u.sentence] for u in ul.units],
+                        "dropped": {str(j): w for j, w in ul.dropped.items()},
+                        "values": res.values,
+                        "full_loss": res.full_loss,
+                        "loo_losses": res.loo_losses,
+                        "scorer": sid,
+                        **((extra[i] if extra else None) or {}),
+                    }
+                )
             cache.add(rows)
             bar.update(len(part))
     return [cache.rows[k] for k in keys]

@@ -14,16 +14,16 @@ import torch
 import torch.nn.functional as F
 
 
-def weighted_mse(scores: torch.Tensor, targets: torch.Tensor, pad: torch.Tensor,
-                 weights: torch.Tensor) -> torch.Tensor:
+def weighted_mse(scores: torch.Tensor, targets: torch.Tensor, pad: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
     """Mean over real units of ``w (S - y)^2``; ``weights`` is per list (B,)."""
     live = (~pad).float()
     err = (scores - targets) ** 2 * weights[:, None] * live
     return err.sum() / live.sum().clamp(min=1.0)
 
 
-def contrastive(g: torch.Tensor, targets: torch.Tensor, pad: torch.Tensor, hard: torch.Tensor,
-                tau: float = 1.0, eps: float = 1e-4) -> torch.Tensor:
+def contrastive(
+    g: torch.Tensor, targets: torch.Tensor, pad: torch.Tensor, hard: torch.Tensor, tau: float = 1.0, eps: float = 1e-4
+) -> torch.Tensor:
     """InfoNCE by label sign over the hard lists of a batch (0 when no list has both signs)."""
     z = F.normalize(g, dim=-1)
     losses = []

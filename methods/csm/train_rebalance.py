@@ -51,8 +51,15 @@ def from_row(row: dict[str, Any], temperature: float = 1.0, origin: str = "label
     dropped = {int(k) for k in row.get("dropped", {})}
     idx = [i for i in range(len(row["units"])) if i not in dropped]
     vals = [float(row["values"][i]) for i in idx]
-    return Sample(row["question"], list(row["answers"]), [row["units"][i] for i in idx], vals,
-                  scale(vals, temperature), origin=origin, source=row.get("id", ""))
+    return Sample(
+        row["question"],
+        list(row["answers"]),
+        [row["units"][i] for i in idx],
+        vals,
+        scale(vals, temperature),
+        origin=origin,
+        source=row.get("id", ""),
+    )
 
 
 def rarity(targets: Sequence[float], alpha: float = 10.0) -> float:
@@ -63,8 +70,9 @@ def rarity(targets: Sequence[float], alpha: float = 10.0) -> float:
     return m + alpha * sd
 
 
-def mark_hard(samples: list[Sample], alpha: float, delta1: float, delta2: float,
-              hard_fraction: float | None = None) -> tuple[float, float]:
+def mark_hard(
+    samples: list[Sample], alpha: float, delta1: float, delta2: float, hard_fraction: float | None = None
+) -> tuple[float, float]:
     """Set ``rarity`` and ``hard`` on every sample; returns the thresholds used."""
     for s in samples:
         s.rarity = rarity(s.targets, alpha)
@@ -83,8 +91,14 @@ def downsample(samples: list[Sample], delta1: float, keep_trivial: float, rng: r
     return [s for s in samples if s.hard or s.rarity >= delta1 or rng.random() < keep_trivial]
 
 
-def interventions(samples: Sequence[Sample], question_sim, gamma: float, max_question_sim: float,
-                  rng: random.Random, per_hard: int = 1) -> list[Plan]:
+def interventions(
+    samples: Sequence[Sample],
+    question_sim,
+    gamma: float,
+    max_question_sim: float,
+    rng: random.Random,
+    per_hard: int = 1,
+) -> list[Plan]:
     """Plans ``(i, j, positive unit idx of i, chosen unit idx of j, case)`` for every hard sample with
     positives; ``question_sim(a, b)`` is the cosine of two samples' questions."""
     plans = []
@@ -92,8 +106,11 @@ def interventions(samples: Sequence[Sample], question_sim, gamma: float, max_que
         pos = [k for k, y in enumerate(s.targets) if y > gamma]
         if not s.hard or not pos:
             continue
-        others = [j for j, o in enumerate(samples) if j != i and o.origin == "label"
-                  and question_sim(i, j) < max_question_sim and len(o.texts) > 0]
+        others = [
+            j
+            for j, o in enumerate(samples)
+            if j != i and o.origin == "label" and question_sim(i, j) < max_question_sim and len(o.texts) > 0
+        ]
         for _ in range(per_hard):
             if not others:
                 break
@@ -108,8 +125,9 @@ def interventions(samples: Sequence[Sample], question_sim, gamma: float, max_que
 def build_intervened(plan, rng: random.Random) -> tuple[Sample, list[int]]:
     """The synthetic list of a plan with fallback labels, and which positions hold the transplanted C_i^P."""
     s, o, pos, fill, case = plan
-    items = [(s.texts[k], s.values[k], s.targets[k], True) for k in pos] + \
-            [(o.texts[k], o.values[k], o.targets[k], False) for k in fill]
+    items = [(s.texts[k], s.values[k], s.targets[k], True) for k in pos] + [
+        (o.texts[k], o.values[k], o.targets[k], False) for k in fill
+    ]
     rng.shuffle(items)
     q, a = (s.question, s.answers) if case == "high" else (o.question, o.answers)
     if case == "high":
@@ -118,8 +136,7 @@ def build_intervened(plan, rng: random.Random) -> tuple[Sample, list[int]]:
     else:
         vals = [0.0 if mine else v for _, v, _, mine in items]
         tg = [0.0 if mine else t for _, _, t, mine in items]
-    sample = Sample(q, list(a), [t for t, *_ in items], vals, tg, origin=case,
-                    source=f"{s.source}|{o.source}")
+    sample = Sample(q, list(a), [t for t, *_ in items], vals, tg, origin=case, source=f"{s.source}|{o.source}")
     return sample, [k for k, it in enumerate(items) if it[3]]
 
 

@@ -27,15 +27,17 @@ def pair(query: str, sentence: str, context: str, sep: str) -> tuple[str, str]:
 
 def features(tok, triples: Sequence[Triple], max_length: int) -> dict[str, Any]:
     firsts, seconds = zip(*(pair(q, s, c, tok.sep_token) for q, s, c in triples), strict=True)
-    return tok(list(firsts), list(seconds), truncation="only_second", max_length=max_length, padding=True,
-               return_tensors="pt")
+    return tok(
+        list(firsts), list(seconds), truncation="only_second", max_length=max_length, padding=True, return_tensors="pt"
+    )
 
 
 class CrossEncoderClassifier:
     """P(useful) of (query, sentence, passage) triples; see the module docstring."""
 
-    def __init__(self, base: str, adapter: str | None, max_length: int = 256, batch_size: int = 64,
-                 device: str = "cpu") -> None:
+    def __init__(
+        self, base: str, adapter: str | None, max_length: int = 256, batch_size: int = 64, device: str = "cpu"
+    ) -> None:
         self.base, self.adapter, self.max_length = base, adapter, max_length
         self.batch_size, self.device = batch_size, device
         self.model: Any = None

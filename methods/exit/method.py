@@ -99,14 +99,26 @@ class Exit(Compressor):
         if self.kind == "cross_encoder":
             from methods.exit.classifier import CrossEncoderClassifier
 
-            self.cross = CrossEncoderClassifier(self.model_ref, self.adapter, self.max_length, self.batch_size,
-                                                "cpu" if self.device == "auto" else self.device)
+            self.cross = CrossEncoderClassifier(
+                self.model_ref,
+                self.adapter,
+                self.max_length,
+                self.batch_size,
+                "cpu" if self.device == "auto" else self.device,
+            )
             self.cross.load()
             return
         from harness.lm import get_lm
 
-        self.lm = get_lm(self.model_ref, engine=self.engine, dtype=self.dtype, adapter=self.adapter,
-                         device=self.device, batch_size=self.batch_size, trust_remote_code=self.trust_remote_code)
+        self.lm = get_lm(
+            self.model_ref,
+            engine=self.engine,
+            dtype=self.dtype,
+            adapter=self.adapter,
+            device=self.device,
+            batch_size=self.batch_size,
+            trust_remote_code=self.trust_remote_code,
+        )
         self.use_tokenizer(self.lm.tokenizer)
 
     def use_tokenizer(self, tok: Any) -> None:

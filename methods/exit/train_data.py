@@ -20,8 +20,9 @@ from typing import Any
 from omegaconf import DictConfig
 
 
-def labelled_sentences(example, max_positives: int, negatives: int, rng: random.Random,
-                       hard_share: float | None = None) -> list[dict[str, Any]]:
+def labelled_sentences(
+    example, max_positives: int, negatives: int, rng: random.Random, hard_share: float | None = None
+) -> list[dict[str, Any]]:
     """(passage, sentence, context, text, label) rows of one question: its first ``max_positives`` answer
     sentences, and ``negatives`` non-answer sentences per positive drawn at random; none when no sentence holds an
     answer. ``hard_share``: the share of negatives drawn from the passages that hold an answer sentence (EXIT's
@@ -34,8 +35,9 @@ def labelled_sentences(example, max_positives: int, negatives: int, rng: random.
     for pi, p in enumerate(example.passages):
         text = p.text.strip()
         context = f"{p.title.strip()}\n{text}" if p.title.strip() else text
-        rows = [{"passage": pi, "sentence": si, "context": context, "text": s}
-                for si, s in enumerate(split_sentences(text))]
+        rows = [
+            {"passage": pi, "sentence": si, "context": context, "text": s} for si, s in enumerate(split_sentences(text))
+        ]
         answer = [subem(r["text"], example.answers) for r in rows]
         pos += [r for r, a in zip(rows, answer, strict=True) if a]
         negs = [r for r, a in zip(rows, answer, strict=True) if not a]

@@ -10,7 +10,7 @@ from harness.provenance import REPO_ROOT
 
 DATASETS = ("nq", "triviaqa", "hotpotqa")
 DEFAULT_DATA = os.environ.get("RAG_HARNESS_DATA") or str(REPO_ROOT.parent / "shared/data")
-TRAIN_RANK = {"nq": "none", "triviaqa": "none", "hotpotqa": "bm25"}   # as conf/train/compselect.yaml data.rank
+TRAIN_RANK = {"nq": "none", "triviaqa": "none", "hotpotqa": "bm25"}  # as conf/train/compselect.yaml data.rank
 
 
 def train_examples_by_dataset(data: str, rank: dict[str, str] | None = None, top_k: int = 5) -> dict[str, dict]:
@@ -19,8 +19,10 @@ def train_examples_by_dataset(data: str, rank: dict[str, str] | None = None, top
 
     rank = rank or TRAIN_RANK
     return {
-        name: {e.id: e for e in load_dataset(DatasetSpec(name, str(Path(data) / name / "train.jsonl.gz"), top_k,
-                                                          rank[name], None))}
+        name: {
+            e.id: e
+            for e in load_dataset(DatasetSpec(name, str(Path(data) / name / "train.jsonl.gz"), top_k, rank[name], None))
+        }
         for name in DATASETS
     }
 

@@ -48,13 +48,17 @@ def main(argv: list[str] | None = None) -> dict:
     inputs = [extractor_input(lm, e, args.max_input_tokens) for e in chosen]
     outs = [o.text for o in lm.generate([x.messages for x in inputs], 256)]
     clues = [map_clues(o, x.sentences[: x.shown])[0] for o, x in zip(outs, inputs, strict=True)]
-    flags = [cascade([p.text for p in e.passages], [c.text for c in cl], [], [], e.answers)
-             for e, cl in zip(chosen, clues, strict=True)]
+    flags = [
+        cascade([p.text for p in e.passages], [c.text for c in cl], [], [], e.answers)
+        for e, cl in zip(chosen, clues, strict=True)
+    ]
     report = {"adapter": args.adapter, **_recall(flags, clues)}
     datasets = [dataset_of[e.id] for e in chosen]
     report["by_dataset"] = {
-        d: _recall([f for f, x in zip(flags, datasets, strict=True) if x == d],
-                   [c for c, x in zip(clues, datasets, strict=True) if x == d])
+        d: _recall(
+            [f for f, x in zip(flags, datasets, strict=True) if x == d],
+            [c for c, x in zip(clues, datasets, strict=True) if x == d],
+        )
         for d in dict.fromkeys(datasets)
     }
     print(json.dumps(report, indent=1))

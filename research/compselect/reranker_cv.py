@@ -79,8 +79,12 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--seed", type=int, default=0, help="the fold assignment's")
     ap.add_argument("--limit", type=int, default=None, help="the first N labelling-train questions (smoke tests)")
     ap.add_argument("--data", default=DEFAULT_DATA)
-    ap.add_argument("--extractor-triplets", type=int, default=None,
-                    help="per extractor question (default: the training config's reranker.extractor_triplets)")
+    ap.add_argument(
+        "--extractor-triplets",
+        type=int,
+        default=None,
+        help="per extractor question (default: the training config's reranker.extractor_triplets)",
+    )
     args = ap.parse_args(argv)
     cfg = compose_config("train/compselect")
     torch.set_num_threads(int(cfg.threads))
@@ -129,8 +133,10 @@ def main(argv: list[str] | None = None) -> dict:
             ]
             st, _ = train_reranker_from_config(cfg, triplets + extra, [])
             parts.append(hit_at_1([r for r in rows if fold[r["id"]] == k], questions, _cosine(st, rc.base)))
-            print(json.dumps({"rule": rule, "fold": k, "triplets": len(triplets), "extra": len(extra), **parts[-1]}),
-                  flush=True)
+            print(
+                json.dumps({"rule": rule, "fold": k, "triplets": len(triplets), "extra": len(extra), **parts[-1]}),
+                flush=True,
+            )
         report[rule] = _pooled(parts)
         print(json.dumps({"rule": rule, **report[rule]}), flush=True)
     return report

@@ -87,13 +87,18 @@ def main(argv: list[str] | None = None) -> dict:
         labeller = Labeller(_generator())
 
         def subem(ks: list[int]) -> float:
-            items = [(examples[r["id"]].question, r["ranked"][:k], examples[r["id"]].answers)
-                     for r, k in zip(rows, ks, strict=True)]
+            items = [
+                (examples[r["id"]].question, r["ranked"][:k], examples[r["id"]].answers)
+                for r, k in zip(rows, ks, strict=True)
+            ]
             return round(100 * sum(labeller.correct(items)) / max(len(items), 1), 2)
 
-        report["subem"] = {"labels": subem([r["k"] for r in rows]), "none": subem([0] * len(rows)),
-                           "all": subem([len(r["ranked"]) for r in rows]),
-                           **{name: subem(ks) for name, ks in runs.items()}}
+        report["subem"] = {
+            "labels": subem([r["k"] for r in rows]),
+            "none": subem([0] * len(rows)),
+            "all": subem([len(r["ranked"]) for r in rows]),
+            **{name: subem(ks) for name, ks in runs.items()},
+        }
     print(json.dumps(report, indent=1))
     return report
 

@@ -74,12 +74,17 @@ def main(argv: list[str] | None = None) -> dict:
 
     def score(documents: list[list[str]]) -> float:
         outs = gen.generate([build_messages(e.question, d) for e, d in zip(examples, documents, strict=True)])
-        return round(100 * sum(bool(subem(o.answer, e.answers)) for o, e in zip(outs, examples, strict=True))
-                     / len(examples), 2)
+        return round(
+            100 * sum(bool(subem(o.answer, e.answers)) for o, e in zip(outs, examples, strict=True)) / len(examples), 2
+        )
 
-    report: dict = {"questions": len(examples), "labels": str(labels),
-                    "full": score([[p.text for p in e.passages] for e in examples]),
-                    "naive": score([[] for _ in examples]), "classifiers": {}}
+    report: dict = {
+        "questions": len(examples),
+        "labels": str(labels),
+        "full": score([[p.text for p in e.passages] for e in examples]),
+        "naive": score([[] for _ in examples]),
+        "classifiers": {},
+    }
     for path in args.classifiers:
         rows = {}
         for t in (float(x) for x in args.thresholds.split(",")):
@@ -87,9 +92,11 @@ def main(argv: list[str] | None = None) -> dict:
             c.bind(MethodEnv(count_tokens=gen.count_tokens))
             comps = c.compress_batch(examples)
             kept = sum(gen.count_tokens(d) for comp in comps for d in comp.documents)
-            rows[str(t)] = {"subem": score([comp.documents for comp in comps]),
-                            "cr": round(original / kept, 2) if kept else None,
-                            "kept_something": round(sum(bool(comp.documents) for comp in comps) / len(comps), 3)}
+            rows[str(t)] = {
+                "subem": score([comp.documents for comp in comps]),
+                "cr": round(original / kept, 2) if kept else None,
+                "kept_something": round(sum(bool(comp.documents) for comp in comps) / len(comps), 3),
+            }
         report["classifiers"][path] = rows
     print(json.dumps(report, indent=1))
     return report
