@@ -41,13 +41,9 @@ DATASET = os.environ.get("BENCH_DATASET", "nq")
 
 
 def _cfg(method: str):
-    from hydra import compose, initialize_config_dir
+    from harness.config import compose_config
 
-    from harness.config import register_resolvers
-
-    register_resolvers()
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        return compose("config", overrides=[f"method={method}", f"dataset={DATASET}", f"limit={N}"])
+    return compose_config("config", [f"method={method}", f"dataset={DATASET}", f"limit={N}"])
 
 
 @pytest.fixture(scope="module")

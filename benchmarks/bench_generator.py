@@ -45,29 +45,25 @@ def main() -> None:
     ap.add_argument("--generator", default="smollm2_transformers", help="the prefill split needs a torch model")
     args = ap.parse_args()
 
-    from hydra import compose, initialize_config_dir
-
-    from harness.config import register_resolvers
+    from harness.config import compose_config
     from harness.data import DatasetSpec, load_dataset
     from harness.prompt import build_messages
-    from harness.provenance import REPO_ROOT, hardware
+    from harness.provenance import hardware
     from harness.runner import get_generator, run
 
-    register_resolvers()
-    with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base="1.3"):
-        cfg = compose(
-            "config",
-            overrides=[
-                f"dataset={args.dataset}",
-                f"generator={args.generator}",
-                "lm.cache=false",
-                "method=bm25",
-                f"limit={args.n}",
-                f"batch_size={args.batch}",
-                f"generator.batch_size={args.batch}",
-                "progress=false",
-            ],
-        )
+    cfg = compose_config(
+        "config",
+        [
+            f"dataset={args.dataset}",
+            f"generator={args.generator}",
+            "lm.cache=false",
+            "method=bm25",
+            f"limit={args.n}",
+            f"batch_size={args.batch}",
+            f"generator.batch_size={args.batch}",
+            "progress=false",
+        ],
+    )
     from harness.lm import cache
 
     cache.configure(False)  # every call computes

@@ -65,9 +65,20 @@ def peak_flops(dtype: str) -> float:
 
 def run_one(method: str, path: str, n: int, dataset: str) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
-        cmd = [sys.executable, "-m", "harness", f"method={method}", f"dataset={dataset}", f"limit={n}",
-               "batch_size=8", "progress=false", "lm.cache=false", "latency.samples=0", f"results_dir={tmp}",
-               *PATHS[path]]
+        cmd = [
+            sys.executable,
+            "-m",
+            "harness",
+            f"method={method}",
+            f"dataset={dataset}",
+            f"limit={n}",
+            "batch_size=8",
+            "progress=false",
+            "lm.cache=false",
+            "latency.samples=0",
+            f"results_dir={tmp}",
+            *PATHS[path],
+        ]
         r = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
         if r.returncode != 0:
             return {"method": method, "path": path, "error": r.stderr[-2000:]}
@@ -78,10 +89,18 @@ def run_one(method: str, path: str, n: int, dataset: str) -> dict:
     dtype = s["generator_info"]["dtype"]
     b = s.get("batched") if s.get("latency_protocol") != "batched" else s  # summaries before the two protocols
     gen_total = b["generate_s"] * s["n"]
-    return {"method": method, "path": path, "n": s["n"], "subem": s["subem"], "compress_s": b["compress_s"],
-            "generate_s": b["generate_s"], "engine": s["generator_info"]["backend"], "dtype": dtype,
-            "generator_tokens": tokens,
-            "generator_peak_fraction": 2 * PARAMS * tokens / gen_total / peak_flops(dtype) if gen_total else None}
+    return {
+        "method": method,
+        "path": path,
+        "n": s["n"],
+        "subem": s["subem"],
+        "compress_s": b["compress_s"],
+        "generate_s": b["generate_s"],
+        "engine": s["generator_info"]["backend"],
+        "dtype": dtype,
+        "generator_tokens": tokens,
+        "generator_peak_fraction": 2 * PARAMS * tokens / gen_total / peak_flops(dtype) if gen_total else None,
+    }
 
 
 def main() -> None:
@@ -121,8 +140,10 @@ def main() -> None:
         for p in total:
             total[p] += sec[p]
         peak = " / ".join(f"{100 * r['generator_peak_fraction']:.0f}%" for r in rows.values())
-        print(f"{method:<20} {sec['old']:8.2f} {sec['new']:8.2f} {sec['old'] / sec['new']:6.2f} "
-              f"{rows['old']['subem']:9.1f} {rows['new']['subem']:9.1f}  {peak}")
+        print(
+            f"{method:<20} {sec['old']:8.2f} {sec['new']:8.2f} {sec['old'] / sec['new']:6.2f} "
+            f"{rows['old']['subem']:9.1f} {rows['new']['subem']:9.1f}  {peak}"
+        )
     if total["new"]:
         print(f"{'sum':<20} {total['old']:8.2f} {total['new']:8.2f} {total['old'] / total['new']:6.2f}")
 

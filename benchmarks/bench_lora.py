@@ -18,11 +18,11 @@ from pathlib import Path
 
 def examples(n: int, max_input_tokens: int):
     from harness.data import DatasetSpec, load_dataset
-    from methods.compselect.labels import answer_sentences
-    from methods.compselect.lora_lm import LoraLM
     from methods.compselect.method import extractor_input
     from methods.compselect.prompts import sentence_lines
-    from methods.compselect.sft import make_example
+    from methods.compselect.train_labels import answer_sentences
+    from methods.compselect.train_lm import LoraLM
+    from methods.compselect.train_sft import make_example
 
     root = Path(os.environ.get("RAG_HARNESS_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
     data = load_dataset(DatasetSpec("nq", str(root / "nq" / "train.jsonl.gz"), 5, "none", None))
@@ -62,16 +62,45 @@ def main() -> None:
             seen.append(time.perf_counter())
 
         modules = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-        _, rep = train_lora(lm.base, train, [], r=8, alpha=16, dropout=0.0, target_modules=modules,
-                            lr=5e-4, epochs=100, grad_accum=args.grad_accum, warmup_ratio=0.1, seed=0,
-                            max_steps=args.steps + 1, on_step=tick, compute_dtype=dtype)
+        _, rep = train_lora(
+            lm.base,
+            train,
+            [],
+            r=8,
+            alpha=16,
+            dropout=0.0,
+            target_modules=modules,
+            lr=5e-4,
+            epochs=100,
+            grad_accum=args.grad_accum,
+            warmup_ratio=0.1,
+            seed=0,
+            max_steps=args.steps + 1,
+            on_step=tick,
+            compute_dtype=dtype,
+        )
         s_step = (seen[-1] - seen[0]) / args.steps
-        rows.append({"compute_dtype": dtype or "float32", "s_per_step": round(s_step, 2),
-                     "tokens_per_s": round(args.grad_accum * tokens / s_step, 1), "step_losses": rep["step_losses"]})
+        rows.append(
+            {
+                "compute_dtype": dtype or "float32",
+                "s_per_step": round(s_step, 2),
+                "tokens_per_s": round(args.grad_accum * tokens / s_step, 1),
+                "step_losses": rep["step_losses"],
+            }
+        )
         print(json.dumps(rows[-1]), flush=True)
-    print(json.dumps({"examples": len(train), "mean_tokens": round(tokens, 1), "grad_accum": args.grad_accum,
-                      "threads": args.threads, "bf16_speedup": round(rows[0]["s_per_step"] / rows[1]["s_per_step"], 2),
-                      "cpu": hardware()}))
+    print(
+        json.dumps(
+            {
+                "examples": len(train),
+                "mean_tokens": round(tokens, 1),
+                "grad_accum": args.grad_accum,
+                "threads": args.threads,
+                "bf16_speedup": round(rows[0]["s_per_step"] / rows[1]["s_per_step"], 2),
+                "cpu": hardware(),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -1,9 +1,17 @@
-"""Hydra/OmegaConf resolvers used by ``conf/``: paths relative to the repository, the run folder's override
-string with the dataset sample in it, and a generator's name with its prompt in it."""
+"""Hydra/OmegaConf resolvers used by ``conf/`` (paths relative to the repository, the run folder's override
+string with the dataset sample in it, and a generator's name with its prompt in it), the profile's process
+environment, and ``compose_config``: the one way a script outside a Hydra app (the regression gate, benchmarks,
+research) builds a config from ``conf/``."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
 from omegaconf import OmegaConf
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
 
 from harness.provenance import REPO_ROOT
 
@@ -55,3 +63,18 @@ def apply_profile_env(cfg) -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def compose_config(name: str = "config", overrides: Sequence[str] = (), profile_env: bool = True) -> DictConfig:
+    """The config ``conf/<name>.yaml`` composes to with ``overrides`` (as ``python -m harness <overrides>`` or a
+    training script's ``--config-name <name>`` would build it), the resolvers registered; ``profile_env`` applies
+    the profile's environment (``apply_profile_env``: an offline profile never touches the hub) before anything
+    loads a model."""
+    from hydra import compose, initialize_config_dir
+
+    register_resolvers()
+    with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base="1.3"):
+        cfg = compose(name, overrides=list(overrides))
+    if profile_env:
+        apply_profile_env(cfg)
+    return cfg

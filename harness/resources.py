@@ -1,7 +1,9 @@
-"""One model instance per process, handed to whoever asks for the same model.
+"""One instance per process, handed to whoever asks for the same key: the registry behind the model layer.
 
-The generator's model, a method's token scorer and a classifier prompt on the same LM all share one copy;
-a Hydra multirun in one process loads each model once.
+The model layer (``harness.lm``) keeps its models here, so the generator's model, a method's token scorer and a
+classifier prompt on the same LM share one copy, and a Hydra multirun in one process loads each model once; the
+run loop keeps its generator here too. A method may share an object it builds on a model-layer model (a
+compressor wrapping the shared LM) with ``shared(key, build)``; it never loads weights of its own here.
 """
 
 from __future__ import annotations
@@ -37,23 +39,3 @@ def get(key: tuple) -> Any:
 def loaded() -> list[tuple]:
     """Keys of the instances alive in this process (used by tests and records)."""
     return list(_REGISTRY)
-
-
-def causal_lm(ref: str, dtype: str = "float32", trust_remote_code: bool = False):
-    """(model, tokenizer) of a causal LM on the CPU, in eval mode: ``harness.lm.loading.load_hf``'s instance."""
-    from harness.lm.loading import load_hf
-
-    return load_hf(ref, dtype, "cpu", trust_remote_code)
-
-
-def sentence_encoder(ref: str, device: str = "cpu", trust_remote_code: bool = False):
-    """A sentence-transformers encoder, shared per (ref, device)."""
-
-    def build():
-        from sentence_transformers import SentenceTransformer
-
-        from harness.models import resolve
-
-        return SentenceTransformer(resolve(ref).path, device=device, trust_remote_code=trust_remote_code)
-
-    return shared(("sentence_encoder", ref, device), build)

@@ -14,7 +14,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
-from harness import metrics, provenance, resources
+from harness import metrics, provenance, renames, resources
 from harness.data import DatasetSpec, load_dataset_report
 from harness.prompt import render_documents
 from harness.protocols import Compressor, Generator, MethodEnv
@@ -146,8 +146,14 @@ def attempt(stage: str, items: Sequence[Any], call) -> list[Any]:
 
 
 def _failed_record(ex: Example, failure: Failure, batch: int) -> dict:
-    return {"id": ex.id, "question": ex.question, "answers": list(ex.answers), "error": failure.describe(),
-            "batch": batch, "threads": _threads()}
+    return {
+        "id": ex.id,
+        "question": ex.question,
+        "answers": list(ex.answers),
+        "error": failure.describe(),
+        "batch": batch,
+        "threads": _threads(),
+    }
 
 
 def process(
@@ -262,7 +268,8 @@ def key_config(cfg: DictConfig) -> dict[str, Any]:
     left out (``EXECUTION_KEYS``, and ``CLIENT_KEYS`` under the generator and the method), and dataset settings at
     their defaults (``skip_unanswerable: false``, ``sample: first`` with any ``seed``) too, so that runs made
     before those settings existed keep their key and resume; so do the generator's ``prompt`` and ``answer`` at the
-    paper's."""
+    paper's; moved modules and artifact folders keep their old names in it (``harness.renames``) for the same
+    reason."""
     key_cfg = {k: v for k, v in OmegaConf.to_container(cfg, resolve=True).items() if k not in EXECUTION_KEYS}
     for part in ("generator", "method"):
         if part in key_cfg:
@@ -277,7 +284,7 @@ def key_config(cfg: DictConfig) -> dict[str, Any]:
     if d.get("sample", "first") == "first":
         d.pop("sample", None)
         d.pop("seed", None)
-    return provenance.redact(key_cfg)
+    return provenance.redact(renames.as_keyed(key_cfg))
 
 
 def run(cfg: DictConfig, out_dir: str | Path) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
@@ -183,6 +184,136 @@ def _latency_md(lat: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     return head, rows
 
 
+@dataclass
+class _Page:
+    """What ``publish`` writes, gathered block by block: Markdown parts, HTML sections, plots, files written."""
+
+    out: Path
+    md: list[str] = field(default_factory=list)
+    sections: list[tuple[str, str]] = field(default_factory=list)
+    plot_files: list[tuple[str, str, Path]] = field(default_factory=list)
+    written: list[Path] = field(default_factory=list)
+
+
+def _table2_block(page: _Page, full, shared, short, profile: str, gen: str, min_n: int, baseline: str) -> None:
+    """Table 2 (every row at its own n, then on shared questions), the empty contexts, its CSV and LaTeX."""
+    out, slug = page.out, _slug(profile, gen)
+    g = full[(full.profile == profile) & (full.generator == gen)]
+    t2 = tables.table2(full, profile, gen)
+    head, rows = tables.table2_rows(t2)
+    ns = sorted(set(g.n.dropna().astype(int)))
+    samples = ", ".join(sorted(set(g["sample"].fillna("first")))) if "sample" in g else "first"
+    page.md.append(
+        f"## Profile `{profile}`, generator `{gen}`\n\n### Table 2 layout (n = {', '.join(map(str, ns))}"
+        f" per dataset; sample: {samples})\n\n{tables.markdown(head, rows)}\n"
+    )
+    tables.table2_csv(t2).to_csv(out / f"table2_{slug}.csv", index=False)
+    text, frame = _shared_md(shared, short, profile, gen, min_n, out / f"table2_shared_{slug}.csv", page.written)
+    page.md.append(text)
+    if frame is not None:
+        page.sections.append((f"Table 2 on shared questions — {profile} / {gen}", html.frame_html(frame)))
+    page.md.append(_empty_md(full, profile, gen, out / f"empty_contexts_{slug}.csv", page.written, page.sections))
+    caption = (
+        f"SubEM / F1 / CR, profile {profile}, generator {gen}; best in bold (oracles excluded); "
+        f"† not significantly different from {baseline} (paired bootstrap, 95%)."
+    )
+    (out / f"table2_{slug}.tex").write_text(tables.latex(t2, caption), encoding="utf-8")
+    page.written += [out / f"table2_{slug}.csv", out / f"table2_{slug}.tex"]
+
+
+def _diagnostics_block(page: _Page, g: pd.DataFrame, profile: str, gen: str) -> None:
+    """The 95% intervals and paired tests, and the methods' own diagnostics."""
+    uh, ur = _uncertainty_md(tables.uncertainty(g))
+    page.md.append(f"### Uncertainty\n\n{tables.markdown(uh, ur)}\n")
+    diag = tables.diagnostics(g)
+    if diag:
+        page.md.append(
+            "### Method diagnostics\n\nWhat a method reports per example, averaged over the examples that "
+            "report it (CompSelect: the cascading errors of its Table 6 on the examples whose passages hold "
+            "a gold answer; EDC2: LLM calls and fallbacks per question).\n\n"
+            + "\n".join(tables.markdown(h, r) for h, r in diag)
+            + "\n"
+        )
+        for h, r in diag:
+            frame = html.frame_html(pd.DataFrame(r, columns=h))
+            page.sections.append((f"Method diagnostics — {profile} / {gen}", frame))
+
+
+def _latency_block(page: _Page, lat: pd.DataFrame, profile: str, gen: str, baseline: str) -> None:
+    """Latency and break-even (batch-1), throughput (batched), and the block's cost."""
+    block = lat[(lat.profile == profile) & (lat.generator == gen)]
+    lh, lr = _latency_md(block)
+    cost, summed, missing = tables.throughput_sum(block)
+    page.md.append(
+        "### Latency and break-even\n\nTwo protocols, never mixed. Latency (compression, online = "
+        "generation, total) as the papers time it: seconds per example, one example at a time after "
+        "warm-up, on the first n questions of the dataset, each as if unseen (call cache bypassed, prefix "
+        "caches emptied); `none` where the run has no such sample. Break-even = compression time / "
+        f"generation time saved against `{baseline}` timed the same way (below 1 the compression pays for "
+        "itself). *Batched s*: compression + generation seconds per example in the accuracy pass at the "
+        "batch size shown (throughput), `mixed` where its records were timed at more than one batch size or "
+        "thread count (*timed at*: records per batch size b and thread count t; `?` = made before these "
+        "were kept).\n\n"
+        f"{tables.markdown(lh, lr)}\n\n"
+        f"Cost of the block: the sum over its {summed} variants with a batched figure of their batched s per "
+        f"question (mean over datasets) is **{cost:.2f} s**"
+        + (f"; without one: {', '.join(f'`{v}`' for v in missing)}" if missing else "")
+        + ".\n"
+    )
+
+
+def _comparison_block(page: _Page, full, ref, g: pd.DataFrame, profile: str, gen: str) -> None:
+    """Our rows beside the paper's in its setting (when the paper has that setting)."""
+    cmp = reference.comparison(full, ref, profile, gen)
+    if cmp.empty:
+        return
+    paper_gen, same = reference.paper_generator(gen)
+    tag = (
+        "same generator"
+        if same
+        else f"DIFFERENT generator ({gen} vs {paper_gen}): the difference "
+        "measures the generator and data, not a reproduction gap"
+    )
+    ch, cr_ = _comparison_md(cmp, tables.datasets(g))
+    src = cmp.source.iloc[0]
+    page.md.append(
+        f"### Beside the paper: {src}, {paper_gen} (setting `compselect`; {tag})\n\n{tables.markdown(ch, cr_)}\n"
+    )
+    path = page.out / f"comparison_{_slug(profile, gen)}.csv"
+    cmp.to_csv(path, index=False)
+    page.written.append(path)
+    page.sections.append(
+        (
+            f"Beside the paper — {profile} / {gen}: {src}, {paper_gen} ({tag})",
+            html.frame_html(pd.DataFrame(cr_, columns=ch)),
+        )
+    )
+
+
+def _plots_block(page: _Page, full, lat, profile: str, gen: str) -> None:
+    """SubEM vs CR and the latency bars, as PNG files linked from the Markdown."""
+    for kind, fn in (("subem_vs_cr", plots.subem_vs_cr), ("latency", plots.latency_bars)):
+        path = page.out / f"{kind}_{_slug(profile, gen)}.png"
+        if fn(full if kind == "subem_vs_cr" else lat, profile, gen, path) is None:
+            path.unlink(missing_ok=True)  # a stale plot from an earlier publish
+            continue
+        page.plot_files.append((profile, gen, path))
+        page.md.append(f"![{kind} {profile} {gen}]({path.name})\n")
+        page.written.append(path)
+
+
+def _reference_block(page: _Page, ref: pd.DataFrame) -> None:
+    """The papers' numbers, one table per setting."""
+    page.md.append(
+        "## The papers' numbers in their own settings\n\nEach table keeps one paper's setting "
+        "(papers.md section 0); none shares a column with our numbers or another setting's. "
+        "Source: `leaderboard/data/reference.csv`.\n"
+    )
+    for title, wide in reference.setting_tables(ref):
+        page.md.append(f"### {title}\n\n{tables.markdown(list(wide.columns), wide.values.tolist())}\n")
+        page.sections.append((title, html.frame_html(wide)))
+
+
 def publish(
     results: str | Path,
     out: str | Path,
@@ -205,13 +336,13 @@ def publish(
         on=["profile", "generator", "dataset", "variant"],
     )
     ref = reference.load_reference()
-    written = [out / "runs.csv", out / "latency.csv", out / "reference.csv"]
-    full.to_csv(written[0], index=False)
-    lat.to_csv(written[1], index=False)
-    ref.drop(columns=["value_text"]).to_csv(written[2], index=False)
+    page = _Page(out, written=[out / "runs.csv", out / "latency.csv", out / "reference.csv"])
+    full.to_csv(page.written[0], index=False)
+    lat.to_csv(page.written[1], index=False)
+    ref.drop(columns=["value_text"]).to_csv(page.written[2], index=False)
 
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    md = [
+    page.md.append(
         f"# Leaderboard\n\nGenerated {when} by `python -m leaderboard publish {results} {out}` from "
         f"{len(runs)} runs (newest run of each method, dataset, generator and profile). SubEM, EM and F1 "
         "in %, CR = original / compressed context tokens (ratio of sums, the generator's tokenizer). Best "
@@ -219,113 +350,25 @@ def publish(
         f"questions, marked {tables.EMPTY}); {tables.DAGGER} = not significantly different from "
         f"`{baseline}` (paired bootstrap over the same examples, {resamples} resamples, 95%). "
         "See `index.html` for the sortable page and every row's provenance.\n"
-    ]
-    plot_files, sections = [], []
-    for profile, gen in tables.groups(runs):
-        slug = _slug(profile, gen)
-        g = full[(full.profile == profile) & (full.generator == gen)]
-        t2 = tables.table2(full, profile, gen)
-        head, rows = tables.table2_rows(t2)
-        ns = sorted(set(g.n.dropna().astype(int)))
-        samples = ", ".join(sorted(set(g["sample"].fillna("first")))) if "sample" in g else "first"
-        md.append(
-            f"## Profile `{profile}`, generator `{gen}`\n\n### Table 2 layout (n = {', '.join(map(str, ns))}"
-            f" per dataset; sample: {samples})\n\n{tables.markdown(head, rows)}\n"
-        )
-        tables.table2_csv(t2).to_csv(out / f"table2_{slug}.csv", index=False)
-        text, frame = _shared_md(shared, short, profile, gen, min_n, out / f"table2_shared_{slug}.csv", written)
-        md.append(text)
-        if frame is not None:
-            sections.append((f"Table 2 on shared questions — {profile} / {gen}", html.frame_html(frame)))
-        md.append(_empty_md(full, profile, gen, out / f"empty_contexts_{slug}.csv", written, sections))
-        caption = (
-            f"SubEM / F1 / CR, profile {profile}, generator {gen}; best in bold (oracles excluded); "
-            f"† not significantly different from {baseline} (paired bootstrap, 95%)."
-        )
-        (out / f"table2_{slug}.tex").write_text(tables.latex(t2, caption), encoding="utf-8")
-        written += [out / f"table2_{slug}.csv", out / f"table2_{slug}.tex"]
-        uh, ur = _uncertainty_md(tables.uncertainty(g))
-        md.append(f"### Uncertainty\n\n{tables.markdown(uh, ur)}\n")
-        diag = tables.diagnostics(g)
-        if diag:
-            md.append(
-                "### Method diagnostics\n\nWhat a method reports per example, averaged over the examples that "
-                "report it (CompSelect: the cascading errors of its Table 6 on the examples whose passages hold "
-                "a gold answer; EDC2: LLM calls and fallbacks per question).\n\n"
-                + "\n".join(tables.markdown(h, r) for h, r in diag)
-                + "\n"
-            )
-            for h, r in diag:
-                frame = html.frame_html(pd.DataFrame(r, columns=h))
-                sections.append((f"Method diagnostics — {profile} / {gen}", frame))
-        block = lat[(lat.profile == profile) & (lat.generator == gen)]
-        lh, lr = _latency_md(block)
-        cost, summed, missing = tables.throughput_sum(block)
-        md.append(
-            "### Latency and break-even\n\nTwo protocols, never mixed. Latency (compression, online = "
-            "generation, total) as the papers time it: seconds per example, one example at a time after "
-            "warm-up, on the first n questions of the dataset, each as if unseen (call cache bypassed, prefix "
-            "caches emptied); `none` where the run has no such sample. Break-even = compression time / "
-            f"generation time saved against `{baseline}` timed the same way (below 1 the compression pays for "
-            "itself). *Batched s*: compression + generation seconds per example in the accuracy pass at the "
-            "batch size shown (throughput), `mixed` where its records were timed at more than one batch size or "
-            "thread count (*timed at*: records per batch size b and thread count t; `?` = made before these "
-            "were kept).\n\n"
-            f"{tables.markdown(lh, lr)}\n\n"
-            f"Cost of the block: the sum over its {summed} variants with a batched figure of their batched s per "
-            f"question (mean over datasets) is **{cost:.2f} s**"
-            + (f"; without one: {', '.join(f'`{v}`' for v in missing)}" if missing else "")
-            + ".\n"
-        )
-        cmp = reference.comparison(full, ref, profile, gen)
-        if not cmp.empty:
-            paper_gen, same = reference.paper_generator(gen)
-            tag = (
-                "same generator"
-                if same
-                else f"DIFFERENT generator ({gen} vs {paper_gen}): the difference "
-                "measures the generator and data, not a reproduction gap"
-            )
-            ch, cr_ = _comparison_md(cmp, tables.datasets(g))
-            src = cmp.source.iloc[0]
-            md.append(
-                f"### Beside the paper: {src}, {paper_gen} (setting `compselect`; {tag})\n\n"
-                f"{tables.markdown(ch, cr_)}\n"
-            )
-            cmp.to_csv(out / f"comparison_{slug}.csv", index=False)
-            written.append(out / f"comparison_{slug}.csv")
-            sections.append(
-                (
-                    f"Beside the paper — {profile} / {gen}: {src}, {paper_gen} ({tag})",
-                    html.frame_html(pd.DataFrame(cr_, columns=ch)),
-                )
-            )
-        for kind, fn in (("subem_vs_cr", plots.subem_vs_cr), ("latency", plots.latency_bars)):
-            path = out / f"{kind}_{slug}.png"
-            if fn(full if kind == "subem_vs_cr" else lat, profile, gen, path) is None:
-                path.unlink(missing_ok=True)  # a stale plot from an earlier publish
-                continue
-            plot_files.append((profile, gen, path))
-            md.append(f"![{kind} {profile} {gen}]({path.name})\n")
-            written.append(path)
-
-    md.append(
-        "## The papers' numbers in their own settings\n\nEach table keeps one paper's setting "
-        "(papers.md section 0); none shares a column with our numbers or another setting's. "
-        "Source: `leaderboard/data/reference.csv`.\n"
     )
-    for title, wide in reference.setting_tables(ref):
-        md.append(f"### {title}\n\n{tables.markdown(list(wide.columns), wide.values.tolist())}\n")
-        sections.append((title, html.frame_html(wide)))
+    for profile, gen in tables.groups(runs):
+        g = full[(full.profile == profile) & (full.generator == gen)]
+        _table2_block(page, full, shared, short, profile, gen, min_n, baseline)
+        _diagnostics_block(page, g, profile, gen)
+        _latency_block(page, lat, profile, gen, baseline)
+        _comparison_block(page, full, ref, g, profile, gen)
+        _plots_block(page, full, lat, profile, gen)
+    _reference_block(page, ref)
     notes = Path(results) / NOTES
     if notes.is_file():  # how the runs were made: the archive's own notes, kept with them
-        md.append(notes.read_text(encoding="utf-8").strip() + "\n")
-    (out / "leaderboard.md").write_text("\n".join(md), encoding="utf-8")
+        page.md.append(notes.read_text(encoding="utf-8").strip() + "\n")
+    (out / "leaderboard.md").write_text("\n".join(page.md), encoding="utf-8")
     note = (
         f"Generated {when} from {len(runs)} runs under {results}. SubEM/EM/F1 in %; CR = original / "
         "compressed context tokens; latency in seconds per example."
     )
     (out / "index.html").write_text(
-        html.page(full, plot_files, sections, "RAG context compression — leaderboard", note), encoding="utf-8"
+        html.page(full, page.plot_files, page.sections, "RAG context compression — leaderboard", note),
+        encoding="utf-8",
     )
-    return [out / "leaderboard.md", out / "index.html", *written]
+    return [out / "leaderboard.md", out / "index.html", *page.written]

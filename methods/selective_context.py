@@ -176,10 +176,8 @@ class SelectiveContext(Compressor):
 
     def bind(self, env: MethodEnv) -> None:
         super().bind(env)
-        from transformers import AutoConfig
-
         from harness.lm import get_lm
-        from harness.models import resolve
+        from harness.lm.loading import model_config
 
         self.lm = get_lm(self.model_ref, engine=self.engine, dtype=self.dtype, device=self.device)
         tok = self.tokenizer = self.lm.tokenizer
@@ -190,7 +188,7 @@ class SelectiveContext(Compressor):
             self.start_id = int(ids)
         else:
             self.start_id = tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id
-        cfg = AutoConfig.from_pretrained(resolve(self.model_ref).path)
+        cfg = model_config(self.model_ref)
         limit = getattr(cfg, "n_positions", None) or getattr(cfg, "max_position_embeddings", None) or 1024
         self.window = min(limit, self.max_length or limit) - 1
 
@@ -272,7 +270,7 @@ class SelectiveContext(Compressor):
         return Compressed(documents=documents, units=kept_units if self.unit == "sentence" else None, meta=meta)
 
     def describe(self) -> dict[str, Any]:
-        from harness.models import resolve
+        from harness.lm.models import resolve
 
         return {
             "name": self.name,

@@ -7,7 +7,7 @@
 #   scripts/snapshot.sh [baselines|trained|all] [extra Hydra overrides...]    (default: all)
 #
 # baselines: the variants that need no trained artifact; trained: those that load models trained here
-# (CompSelect and its ablations, FineFilter, the CSM surrogates, EXIT's variants). Every variant of conf/method is
+# (CompSelect and its ablations, FineFilter, the CSM surrogates, EXIT). Every variant of conf/method is
 # in exactly one group (tests/test_configs.py checks). RESULTS=<dir> changes the results root, DRY_RUN=1 prints
 # the command instead of running it. Then: python -m leaderboard archive results-snapshot leaderboard/runs, and
 # python -m leaderboard publish leaderboard/runs leaderboard/snapshot.
@@ -29,7 +29,7 @@ TRAINED=(
   compselect_random_truncation
   finefilter
   csm csm_e2e csm_sentences
-  exit exit_zeroshot
+  exit
 )
 
 group=${1:-all}

@@ -29,8 +29,9 @@ def killed_training(tmp_path: Path, source: str, kill_at: int) -> tuple[dict, Pa
     script.write_text(source)
     ckpt = tmp_path / "ckpt.pt"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    killed = subprocess.run([sys.executable, str(script), str(ckpt), str(kill_at)], env=env, capture_output=True,
-                            timeout=300)
+    killed = subprocess.run(
+        [sys.executable, str(script), str(ckpt), str(kill_at)], env=env, capture_output=True, timeout=300
+    )
     assert killed.returncode == -9 and ckpt.is_file(), killed.stderr.decode()[-2000:]
     return runpy.run_path(str(script)), ckpt
 
@@ -48,6 +49,19 @@ def env(generator):
     from harness.protocols import MethodEnv
 
     return MethodEnv(count_tokens=generator.count_tokens, generator=generator)
+
+
+@pytest.fixture(scope="module")
+def one_thread(env):
+    """One intra-op thread for a module (restored after; ``pytestmark = pytest.mark.usefixtures("one_thread")``):
+    on the shared 2-core dev machine under load, two OpenMP threads ran the forward passes of the EXIT,
+    LongLLMLingua and Selective-Context tests 10-20x slower than one. Results do not depend on it."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 def load_slice(name: str, n: int, split: str = "test", top_k: int = 5):

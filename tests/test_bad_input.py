@@ -266,8 +266,7 @@ def test_cli_a_file_whose_every_example_is_skipped_is_one_line(tmp_path):
     r = harness(tmp_path / "runs", "method=naive", f"dataset.path={path}", "dataset.skip_unanswerable=true")
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert r.stderr.strip().splitlines()[-1] == (
-        f"error: {path}: no example to evaluate: every one of its 2 examples has no usable gold answer and was "
-        "skipped"
+        f"error: {path}: no example to evaluate: every one of its 2 examples has no usable gold answer and was skipped"
     )
 
 

@@ -94,8 +94,9 @@ def test_empty_truncation_runs_closed_book_through_the_runner(compselect, env, g
     from harness.runner import process
     from methods.vanilla import Naive
 
-    monkeypatch.setattr(compselect, "truncate",
-                        lambda exs, ranked: ([0] * len(ranked), [""] * len(ranked), [None] * len(ranked)))
+    monkeypatch.setattr(
+        compselect, "truncate", lambda exs, ranked: ([0] * len(ranked), [""] * len(ranked), [None] * len(ranked))
+    )
     ex = nq5[1]
     (row,), _ = process([ex], compselect, generator)
     assert row["meta"]["k"] == 0 and row["units"] == [] and row["meta"]["n_clues"] > 0
@@ -106,8 +107,9 @@ def test_empty_truncation_runs_closed_book_through_the_runner(compselect, env, g
     assert row["compressed_tokens"] == 0
 
 
-def test_extractor_calls_replay_from_the_call_cache_with_their_measured_time(env, generator, nq5, tmp_path,
-                                                                              monkeypatch):
+def test_extractor_calls_replay_from_the_call_cache_with_their_measured_time(
+    env, generator, nq5, tmp_path, monkeypatch
+):
     """The ablations share the extractor through the model layer's call cache: a second run of the same prompt
     gives the same clues without generating, and the run still pays the seconds the extraction was measured
     at."""
@@ -138,7 +140,7 @@ def test_extractor_calls_replay_from_the_call_cache_with_their_measured_time(env
 
 
 def test_truncator_probe_reports_predicted_against_label_k(tmp_path, generator):
-    from methods.compselect.truncator_probe import main
+    from research.compselect.truncator_probe import main
 
     labels = REPO / "methods/compselect/artifacts/embedded/labels/truncator_labels.jsonl"
     rows = labels.read_text().splitlines()[:3]
@@ -160,7 +162,7 @@ def test_thresholded_truncator_decision_keeps_more_as_the_threshold_rises(output
     and a kept prefix is a valid K in [1, n]."""
     from harness.lm import get_lm
     from methods.compselect.prompts import truncator_messages
-    from methods.compselect.truncator_decision import truncator_decision
+    from methods.compselect.truncator import truncator_decision
 
     art = REPO / "methods/compselect/artifacts/embedded"
     rows = [json.loads(x) for x in (art / "labels/truncator_labels.jsonl").read_text().splitlines()[:6]]

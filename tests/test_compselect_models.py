@@ -15,8 +15,7 @@ def random_adapter(base, path, target_modules=("q_proj", "v_proj"), r=4, seed=0)
     """A LoRA adapter with random (non-zero) weights, saved where ``LoraLM`` can load it."""
     from peft import get_peft_model
 
-    from methods.compselect.lora_lm import weight_sharing_copy
-    from methods.compselect.sft import lora_config, save_adapter
+    from harness.lm.lora import lora_config, save_adapter, weight_sharing_copy
 
     torch.manual_seed(seed)
     cfg = lora_config(r, 2 * r, 0.0, target_modules)
@@ -31,7 +30,7 @@ def logits(model, ids):
 
 def test_adapters_leave_the_generator_unchanged(generator, tmp_path):
     from harness.prompt import build_messages
-    from methods.compselect.lora_lm import LoraLM
+    from methods.compselect.train_lm import LoraLM
 
     prompt = [build_messages("What is the capital of France?", ["Paris is the capital of France."])]
     ids = torch.tensor([generator._encode(prompt[0])])
@@ -52,9 +51,10 @@ def test_adapters_leave_the_generator_unchanged(generator, tmp_path):
 
 
 def test_lora_sft_lowers_the_loss_and_round_trips(generator, tmp_path):
-    from methods.compselect.lora_lm import LoraLM
+    from harness.lm.lora import save_adapter, train_lora
     from methods.compselect.prompts import truncator_messages, truncator_target
-    from methods.compselect.sft import make_example, save_adapter, train_lora
+    from methods.compselect.train_lm import LoraLM
+    from methods.compselect.train_sft import make_example
 
     lm = LoraLM(LM)
     ranked = ["The Eiffel Tower was completed in 1889.", "Lyon is a city in France.", "It rains a lot."]
@@ -94,9 +94,10 @@ def test_lora_sft_lowers_the_loss_and_round_trips(generator, tmp_path):
 def test_token_loss_norm_weighs_every_target_token_alike(generator):
     """With ``loss_norm=token`` a step's loss is the mean over its target tokens, so the one-token empty
     target no longer weighs as much as a whole kept prefix; ``example`` keeps the per-example mean."""
-    from methods.compselect.lora_lm import LoraLM
+    from harness.lm.lora import _loss, train_lora
     from methods.compselect.prompts import truncator_messages, truncator_target
-    from methods.compselect.sft import _loss, make_example, train_lora
+    from methods.compselect.train_lm import LoraLM
+    from methods.compselect.train_sft import make_example
 
     lm = LoraLM(LM)
     ranked = ["The Eiffel Tower was completed in 1889.", "Lyon is a city in France."]
@@ -107,8 +108,9 @@ def test_token_loss_norm_weighs_every_target_token_alike(generator):
     with torch.no_grad():
         losses = [float(_loss(generator.model, e)) for e in data]  # LoRA starts as the identity
     sizes = [len(e.target) for e in data]
-    kw = dict(r=4, alpha=8, dropout=0.0, target_modules=["q_proj"], lr=1e-4, epochs=1, grad_accum=2,
-              warmup_ratio=0.0, seed=0)
+    kw = dict(
+        r=4, alpha=8, dropout=0.0, target_modules=["q_proj"], lr=1e-4, epochs=1, grad_accum=2, warmup_ratio=0.0, seed=0
+    )
     for norm, expected in (
         ("token", sum(x * n for x, n in zip(losses, sizes, strict=True)) / sum(sizes)),
         ("example", sum(losses) / 2),
@@ -120,8 +122,8 @@ def test_token_loss_norm_weighs_every_target_token_alike(generator):
 
 
 def test_reranker_training_lowers_the_loss(tmp_path):
-    from methods.compselect.rerank_train import save_reranker, train_reranker
     from methods.compselect.reranker import ClueReranker
+    from methods.compselect.train_reranker import save_reranker, train_reranker
 
     qs = ["who wrote hamlet", "capital of peru", "boiling point of water", "largest planet"]
     pos = [
@@ -165,9 +167,9 @@ def test_paper_profile_path_on_tiny_random_models(tmp_path, generator):
     classes."""
     from transformers import DistilBertConfig, DistilBertModel, LlamaConfig, LlamaForCausalLM
 
-    from methods.compselect.lora_lm import LoraLM
-    from methods.compselect.rerank_train import save_reranker, train_reranker
     from methods.compselect.reranker import ClueReranker
+    from methods.compselect.train_lm import LoraLM
+    from methods.compselect.train_reranker import save_reranker, train_reranker
 
     tok = generator.tokenizer
     torch.manual_seed(0)
@@ -207,7 +209,7 @@ def test_paper_profile_path_on_tiny_random_models(tmp_path, generator):
     )
     from transformers import AutoTokenizer
 
-    from harness.models import resolve
+    from harness.lm.models import resolve
 
     AutoTokenizer.from_pretrained(resolve(ENCODER).path).save_pretrained(tmp_path / "distilbert")
     base = str(tmp_path / "distilbert")
@@ -236,14 +238,14 @@ def test_extractor_targets_combine_answer_sentences_knn_and_question_order(nq5):
     shown sentences within that cosine distance of one of them."""
     from omegaconf import OmegaConf
 
-    from harness import resources
-    from methods.compselect.labels import answer_sentences
-    from methods.compselect.lora_lm import LoraLM
+    from harness.lm.encoders import sentence_encoder
     from methods.compselect.method import extractor_input
-    from methods.compselect.train import extractor_targets
+    from methods.compselect.train_data import extractor_targets
+    from methods.compselect.train_labels import answer_sentences
+    from methods.compselect.train_lm import LoraLM
 
     lm = LoraLM(LM)
-    enc = resources.sentence_encoder(ENCODER)
+    enc = sentence_encoder(ENCODER)
     cfg = lambda eps: OmegaConf.create({"extractor": {"epsilon": eps, "match": "raw", "max_input_tokens": 1024}})  # noqa: E731
     exact, wide = extractor_targets(cfg(0.0), lm, enc, nq5), extractor_targets(cfg(0.6), lm, enc, nq5)
     with_answer = added = 0
@@ -272,22 +274,37 @@ def test_extractor_sft_on_a_real_slice_lowers_the_loss(generator, nq5):
     the loss on them."""
     from omegaconf import OmegaConf
 
-    from harness import resources
-    from methods.compselect.lora_lm import LoraLM
+    from harness.lm.encoders import sentence_encoder
+    from harness.lm.lora import train_lora
     from methods.compselect.method import extractor_input
     from methods.compselect.prompts import sentence_lines
-    from methods.compselect.sft import make_example, train_lora
-    from methods.compselect.train import extractor_targets
+    from methods.compselect.train_data import extractor_targets
+    from methods.compselect.train_lm import LoraLM
+    from methods.compselect.train_sft import make_example
 
     lm = LoraLM(LM)
     cfg = OmegaConf.create({"extractor": {"epsilon": 0.0, "match": "raw", "max_input_tokens": 512}})
-    rows = extractor_targets(cfg, lm, resources.sentence_encoder(ENCODER), nq5)
-    data = [make_example(lm, extractor_input(lm, ex, 512).messages, sentence_lines(r["texts"]))
-            for ex, r in zip(nq5, rows, strict=True) if r["target"]][:2]
+    rows = extractor_targets(cfg, lm, sentence_encoder(ENCODER), nq5)
+    data = [
+        make_example(lm, extractor_input(lm, ex, 512).messages, sentence_lines(r["texts"]))
+        for ex, r in zip(nq5, rows, strict=True)
+        if r["target"]
+    ][:2]
     assert len(data) == 2 and all(len(e.prompt) > 300 and len(e.target) > 5 for e in data)
-    _, report = train_lora(generator.model, data, data, r=8, alpha=16, dropout=0.0,
-                           target_modules=["q_proj", "v_proj"], lr=2e-3, epochs=3, grad_accum=1,
-                           warmup_ratio=0.0, seed=0)
+    _, report = train_lora(
+        generator.model,
+        data,
+        data,
+        r=8,
+        alpha=16,
+        dropout=0.0,
+        target_modules=["q_proj", "v_proj"],
+        lr=2e-3,
+        epochs=3,
+        grad_accum=1,
+        warmup_ratio=0.0,
+        seed=0,
+    )
     assert report["optimizer_steps"] == 6
     assert report["val_loss_after"] < 0.8 * report["val_loss_before"]
 
@@ -295,7 +312,7 @@ def test_extractor_sft_on_a_real_slice_lowers_the_loss(generator, nq5):
 RESUME_SCRIPT = """
 import os, signal, sys, torch
 from transformers import LlamaConfig, LlamaForCausalLM
-from methods.compselect.sft import SFTExample, train_lora
+from harness.lm.lora import SFTExample, train_lora
 
 def tiny():
     torch.manual_seed(0)
@@ -356,11 +373,25 @@ def test_interrupted_training_resumes_to_the_uninterrupted_adapter(tmp_path):
     # a checkpoint of other settings is refused, not mixed in
     killed_training(tmp_path, RESUME_SCRIPT, 3)
     train, val = case["data"]()
-    from methods.compselect.sft import train_lora
+    from harness.lm.lora import train_lora
 
     with pytest.raises(ValueError, match="other settings or data"):
-        train_lora(case["tiny"](), train, val, r=4, alpha=8, dropout=0.0, target_modules=["q_proj", "v_proj"],
-                   lr=1e-3, epochs=3, grad_accum=2, warmup_ratio=0.1, seed=0, checkpoint=ckpt, save_every=2)
+        train_lora(
+            case["tiny"](),
+            train,
+            val,
+            r=4,
+            alpha=8,
+            dropout=0.0,
+            target_modules=["q_proj", "v_proj"],
+            lr=1e-3,
+            epochs=3,
+            grad_accum=2,
+            warmup_ratio=0.1,
+            seed=0,
+            checkpoint=ckpt,
+            save_every=2,
+        )
 
 
 def test_bf16_autocast_keeps_fp32_master_weights_and_tracks_the_fp32_losses(tmp_path):
@@ -372,10 +403,19 @@ def test_bf16_autocast_keeps_fp32_master_weights_and_tracks_the_fp32_losses(tmp_
     script.write_text(RESUME_SCRIPT)
     case = runpy.run_path(str(script))
     train, val = case["data"]()
-    from methods.compselect.sft import train_lora
+    from harness.lm.lora import train_lora
 
-    kw = dict(r=4, alpha=8, dropout=0.0, target_modules=["q_proj", "v_proj"], lr=5e-3, epochs=3, grad_accum=2,
-              warmup_ratio=0.1, seed=0)
+    kw = dict(
+        r=4,
+        alpha=8,
+        dropout=0.0,
+        target_modules=["q_proj", "v_proj"],
+        lr=5e-3,
+        epochs=3,
+        grad_accum=2,
+        warmup_ratio=0.1,
+        seed=0,
+    )
     _, r32 = train_lora(case["tiny"](), train, val, **kw)
     m16, r16 = train_lora(case["tiny"](), train, val, compute_dtype="bfloat16", **kw)
     assert r32["compute_dtype"] is None and r16["compute_dtype"] == "bfloat16"
@@ -397,10 +437,23 @@ def test_auto_compute_dtype_is_bf16_only_where_the_cpu_has_it(tmp_path):
     script.write_text(RESUME_SCRIPT)
     case = runpy.run_path(str(script))
     train, val = case["data"]()
-    from methods.compselect.sft import train_lora
+    from harness.lm.lora import train_lora
 
-    _, report = train_lora(case["tiny"](), train, val, r=4, alpha=8, dropout=0.0, target_modules=["q_proj", "v_proj"],
-                           lr=5e-3, epochs=1, grad_accum=2, warmup_ratio=0.1, seed=0, compute_dtype="auto")
+    _, report = train_lora(
+        case["tiny"](),
+        train,
+        val,
+        r=4,
+        alpha=8,
+        dropout=0.0,
+        target_modules=["q_proj", "v_proj"],
+        lr=5e-3,
+        epochs=1,
+        grad_accum=2,
+        warmup_ratio=0.1,
+        seed=0,
+        compute_dtype="auto",
+    )
     assert report["compute_dtype"] == ("bfloat16" if native_bf16() else None)
     assert resolve_compute_dtype("bfloat16") == "bfloat16"
     assert resolve_compute_dtype(None) is None and resolve_compute_dtype("float32") is None

@@ -9,7 +9,10 @@ import numpy as np
 import pytest
 
 from methods.compselect.cascade import cascade
-from methods.compselect.labels import (
+from methods.compselect.parsing import map_clues, parse_lines, parse_truncation
+from methods.compselect.prompts import truncator_target
+from methods.compselect.train_data import clues_from_labels
+from methods.compselect.train_labels import (
     answer_sentences,
     knn_expand,
     likelihood_label,
@@ -20,9 +23,7 @@ from methods.compselect.labels import (
     target_triplets,
     truncation_label,
 )
-from methods.compselect.parsing import map_clues, parse_lines, parse_truncation
-from methods.compselect.prompts import truncator_target
-from methods.compselect.train import clues_from_labels, likelihood_fallback, truncation_labels
+from methods.compselect.train_verdicts import likelihood_fallback, truncation_labels
 
 SOURCES = [
     "Paris is the capital and most populous city of France.",
@@ -191,8 +192,7 @@ def test_cascade_flags():
     c = cascade(passages, ["Opened in 1889.", "Other."], ["Other.", "Opened in 1889."], ["Other."], ["1889"])
     assert c == {"eligible": True, "recall1": 1.0, "hit2_at1": 0.0, "recall3": 0.0}
     # the reranker puts the gold clue first and the truncator keeps it: every stage holds the answer
-    c = cascade(passages, ["Other.", "Opened in 1889."], ["Opened in 1889.", "Other."], ["Opened in 1889."],
-                ["1889"])
+    c = cascade(passages, ["Other.", "Opened in 1889."], ["Opened in 1889.", "Other."], ["Opened in 1889."], ["1889"])
     assert c == {"eligible": True, "recall1": 1.0, "hit2_at1": 1.0, "recall3": 1.0}
     # the extractor loses the answer: nothing later can recover it (SQuAD-normalised matching)
     c = cascade(passages, ["Other."], ["Other."], ["Other."], ["the 1889"])
@@ -233,7 +233,7 @@ def test_result_reads_each_cascade_flag_from_its_own_stage():
 
 
 def test_balance_empty_keeps_every_nonempty_label_and_caps_the_empty_ones():
-    from methods.compselect.labels import balance_empty
+    from methods.compselect.train_labels import balance_empty
 
     ids = [f"q{i}" for i in range(20)]
     k = {i: (2 if n % 5 == 0 else 0) for n, i in enumerate(ids)}  # 4 non-empty, 16 empty
@@ -282,7 +282,7 @@ def test_retraining_one_stage_keeps_the_other_reports_and_the_earlier_runs(tmp_p
     of how the earlier runs were made, oldest first."""
     import json
 
-    from methods.compselect.train import earlier_runs, previous_reports
+    from methods.compselect.train_manifest import earlier_runs, previous_reports
 
     assert previous_reports(tmp_path) == {} and earlier_runs(tmp_path) == []
     first = {
@@ -325,30 +325,46 @@ def test_the_paper_profile_keeps_the_greedy_truncator_and_the_embedded_one_a_val
 
     register_resolvers()
     with initialize_config_dir(str(REPO / "conf"), version_base="1.3"):
-        paper = {m: compose("config", overrides=[f"method={m}", "profile=paper"]).method
-                 for m in ("compselect", "finefilter")}
+        paper = {
+            m: compose("config", overrides=[f"method={m}", "profile=paper"]).method
+            for m in ("compselect", "finefilter")
+        }
         emb = {m: compose("config", overrides=[f"method={m}"]).method for m in ("compselect", "finefilter")}
     assert all(c.empty_threshold is None and c.max_input_tokens == 2048 for c in paper.values())
     assert all(0 < c.empty_threshold <= 1 and c.max_input_tokens == 1024 for c in emb.values())
 
 
 def test_extractor_probe_recall_counts_only_eligible_questions():
-    from methods.compselect.extractor_probe import _recall
+    from research.compselect.extractor_probe import _recall
 
-    flags = [{"eligible": True, "recall1": 1.0}, {"eligible": True, "recall1": 0.0},
-             {"eligible": False, "recall1": None}]
+    flags = [
+        {"eligible": True, "recall1": 1.0},
+        {"eligible": True, "recall1": 0.0},
+        {"eligible": False, "recall1": None},
+    ]
     assert _recall(flags, [["a", "b"], ["c"], []]) == {
-        "questions": 3, "eligible": 2, "recall1": 50.0, "clues": {0: 1, 1: 1, 2: 1}}
+        "questions": 3,
+        "eligible": 2,
+        "recall1": 50.0,
+        "clues": {0: 1, 1: 1, 2: 1},
+    }
 
 
 def test_reranker_cv_hit_at_1_counts_questions_with_a_flagged_clue():
-    from methods.compselect.reranker_cv import _pooled, hit_at_1
+    from research.compselect.reranker_cv import _pooled, hit_at_1
 
     rows = [
-        {"id": "a", "clues": [{"text": "x", "answer": False, "correct": False},
-                              {"text": "y", "answer": True, "correct": True}]},
-        {"id": "b", "clues": [{"text": "z", "answer": True, "correct": False},
-                              {"text": "w", "answer": False, "correct": False}]},
+        {
+            "id": "a",
+            "clues": [{"text": "x", "answer": False, "correct": False}, {"text": "y", "answer": True, "correct": True}],
+        },
+        {
+            "id": "b",
+            "clues": [
+                {"text": "z", "answer": True, "correct": False},
+                {"text": "w", "answer": False, "correct": False},
+            ],
+        },
     ]
     questions = {"a": "qa", "b": "qb"}
     # the extractor's order (first clue first): b's first clue holds the answer, a's does not
@@ -361,10 +377,15 @@ def test_reranker_cv_hit_at_1_counts_questions_with_a_flagged_clue():
 
 def test_carried_stage_reports_are_marked_stale_when_their_weights_changed():
     """A stage not re-run keeps its earlier report, unless its adapter was replaced since (copied in by hand)."""
-    from methods.compselect.train import carried_reports
+    from methods.compselect.train_manifest import carried_reports
 
-    prev = {"artifacts": {"reranker": "aaa", "truncator": "bbb"}, "seed": 42,
-            "reranker": {"train": {"steps": 56}}, "truncator": {"train": {"steps": 129}}, "labels_only": {"x": 1}}
+    prev = {
+        "artifacts": {"reranker": "aaa", "truncator": "bbb"},
+        "seed": 42,
+        "reranker": {"train": {"steps": 56}},
+        "truncator": {"train": {"steps": 129}},
+        "labels_only": {"x": 1},
+    }
     got = carried_reports(prev, {"reranker": "ccc", "truncator": "bbb"})
     assert set(got) == {"reranker", "truncator"}
     assert "stale" in got["reranker"] and got["reranker"]["train"] == {"steps": 56}
@@ -394,7 +415,13 @@ def test_reranker_labels_from_refuses_a_run_that_retrains_the_extractor(tmp_path
 
     register_resolvers()
     with initialize_config_dir(str(REPO / "conf"), version_base="1.3"):
-        cfg = compose("train/compselect", overrides=[f"out_dir={tmp_path}", "stages=[extractor,reranker]",
-                                                     f"reranker.labels_from={tmp_path / 'r.jsonl'}"])
+        cfg = compose(
+            "train/compselect",
+            overrides=[
+                f"out_dir={tmp_path}",
+                "stages=[extractor,reranker]",
+                f"reranker.labels_from={tmp_path / 'r.jsonl'}",
+            ],
+        )
     with pytest.raises(ValueError, match="re-uses an earlier extractor's clues"):
         train.run(cfg)  # before any model or data is loaded

@@ -17,15 +17,31 @@ def compose(out, overrides=()):
     from hydra import compose, initialize_config_dir
 
     with initialize_config_dir(str(REPO / "conf"), version_base="1.3"):
-        return compose("train/compselect", overrides=[
-            f"out_dir={out}", f"data.root={DATA}", "threads=2", "progress=false",
-            "data.val_fraction=0.34", "extractor.max_input_tokens=256", "extractor.max_new_tokens=48",
-            "extractor.epochs=1", "extractor.lr=2e-3", "extractor.grad_accum=2",
-            "extractor.eval_every=2", "extractor.save_every=2",  # one epoch: ~3 steps (3 epochs cost ~40 s more)
-            "reranker.epochs=1", "reranker.batch_size=4", "reranker.warmup_steps=1",
-            "truncator.max_new_tokens=48", "truncator.epochs=1", "truncator.grad_accum=2",
-            "truncator.eval_every=2", *overrides,
-        ])
+        return compose(
+            "train/compselect",
+            overrides=[
+                f"out_dir={out}",
+                f"data.root={DATA}",
+                "threads=2",
+                "progress=false",
+                "data.val_fraction=0.34",
+                "extractor.max_input_tokens=256",
+                "extractor.max_new_tokens=48",
+                "extractor.epochs=1",
+                "extractor.lr=2e-3",
+                "extractor.grad_accum=2",
+                "extractor.eval_every=2",
+                "extractor.save_every=2",  # one epoch: ~3 steps (3 epochs cost ~40 s more)
+                "reranker.epochs=1",
+                "reranker.batch_size=4",
+                "reranker.warmup_steps=1",
+                "truncator.max_new_tokens=48",
+                "truncator.epochs=1",
+                "truncator.grad_accum=2",
+                "truncator.eval_every=2",
+                *overrides,
+            ],
+        )
 
 
 def test_training_pipeline_on_a_small_slice_and_its_rerun_replays_every_call(tmp_path, monkeypatch):
@@ -76,7 +92,8 @@ def test_training_pipeline_on_a_small_slice_and_its_rerun_replays_every_call(tmp
         assert {k: labels4[k] for k in same} == {k: m["reranker"]["labels"][k] for k in same}
         assert 0 < labels4["extractor_triplet_count"] == labels4["extractor_triplet_questions"] <= 10
         assert m4["reranker"]["train"]["train_triplets"] == (
-            m["reranker"]["train"]["train_triplets"] + labels4["extractor_triplet_count"])
+            m["reranker"]["train"]["train_triplets"] + labels4["extractor_triplet_count"]
+        )
         # the extractor trained elsewhere: export its examples, train them with sft_file, import the adapter
         from harness.lm import sft_file
 
@@ -86,8 +103,22 @@ def test_training_pipeline_on_a_small_slice_and_its_rerun_replays_every_call(tmp
         with pytest.raises(train.ExportDone):
             train.run(exp)
         path = tmp_path / "exp" / "extractor.sft.json.gz"
-        rep = sft_file.main([str(path), str(tmp_path / "sft"), "--base", cfg.lm, "--device", "cpu", "--epochs", "1",
-                             "--micro-batch", "2", "--snapshot-epochs", "1"])
+        rep = sft_file.main(
+            [
+                str(path),
+                str(tmp_path / "sft"),
+                "--base",
+                cfg.lm,
+                "--device",
+                "cpu",
+                "--epochs",
+                "1",
+                "--micro-batch",
+                "2",
+                "--snapshot-epochs",
+                "1",
+            ]
+        )
         imp = compose(out, ["stages=[extractor]", f"extractor.import_from={tmp_path / 'sft'}"])
         OmegaConf.update(imp, "data.extractor", {"nq": 10}, merge=False)
         OmegaConf.update(imp, "data.labels", {"nq": 6}, merge=False)
@@ -98,8 +129,14 @@ def test_training_pipeline_on_a_small_slice_and_its_rerun_replays_every_call(tmp
             tmp_path / "sft" / "adapter" / "adapter_model.safetensors"
         ).read_bytes()
         # an imported extractor and an export in one run: it labels with the import and exports the truncator
-        both = compose(out, ["stages=[extractor,truncator]", f"extractor.import_from={tmp_path / 'sft'}",
-                             f"export_sft={tmp_path / 'exp2'}"])
+        both = compose(
+            out,
+            [
+                "stages=[extractor,truncator]",
+                f"extractor.import_from={tmp_path / 'sft'}",
+                f"export_sft={tmp_path / 'exp2'}",
+            ],
+        )
         OmegaConf.update(both, "data.extractor", {"nq": 10}, merge=False)
         OmegaConf.update(both, "data.labels", {"nq": 6}, merge=False)
         with pytest.raises(train.ExportDone) as done:

@@ -111,3 +111,17 @@ def test_broken_targets_are_reported():
     assert target_problems(unset, "m") == [
         "m._target_=methods.rerank.RerankSelect: got an unexpected keyword argument 'name'"
     ]
+
+
+def test_every_variant_targets_a_method_module():
+    """A variant's ``_target_`` is a single-file method (``methods/<name>.py``) or a method package's runtime
+    (``methods/<name>/method.py``), never a training or analysis module nor a package's ``__init__``."""
+    problems = []
+    for m in METHODS:
+        target = composed("embedded", f"method={m}")["method"]["_target_"]
+        parts = target.split(".")
+        single = len(parts) == 3 and (REPO / "methods" / f"{parts[1]}.py").is_file()
+        runtime = len(parts) == 4 and parts[2] == "method" and (REPO / "methods" / parts[1] / "method.py").is_file()
+        if parts[0] != "methods" or not (single or runtime):
+            problems.append(f"{m}: _target_={target}")
+    assert not problems, "\n".join(problems)

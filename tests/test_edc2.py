@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from harness.types import Example, Passage, Unit
-from methods.edc2 import EDC2
 from methods.edc2.cluster import dynamic_clusters
 from methods.edc2.llm import LocalLLM, ServerLLM
+from methods.edc2.method import EDC2
 from methods.edc2.prompts import COMPRESS, compress_prompt, keep_summary
 
 Q = np.array([1.0, 0.0, 0.0])

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from harness import resources
+from harness.lm.loading import load_hf
 from harness.text import split_sentences
 from harness.types import Example, Passage, Unit
-from methods.exit import Exit
+from methods.exit.method import Exit
 
 LM = "embedded:smollm2-135m-instruct"
 # EXIT's classification prompt (paper Table 6; ThisIsHwang/EXIT compressors/baselines/exit/core.py)
@@ -18,16 +18,7 @@ EXIT_PROMPT = (
 )
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread(env):
-    """One intra-op thread for this module (restored after): on the shared 2-core dev machine under load,
-    two OpenMP threads ran these forward passes 10-20x slower than one. Results do not depend on it."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def _bound(env, **kw) -> Exit:
@@ -119,7 +110,7 @@ def test_lora_path_with_a_tiny_random_gemma(env, tmp_path, small):
     from peft import LoraConfig, PeftModel, get_peft_model
     from transformers import AutoTokenizer, GemmaConfig, GemmaForCausalLM
 
-    from harness.models import resolve
+    from harness.lm.models import resolve
 
     tok = AutoTokenizer.from_pretrained(resolve(LM).path)  # Gemma's tokenizer needs the hub
     cfg = GemmaConfig(
@@ -145,7 +136,7 @@ def test_lora_path_with_a_tiny_random_gemma(env, tmp_path, small):
     kw = {"model": str(base_dir), "prompt": "literal", "engine": "transformers"}
     plain = _bound(env, **kw)
     tuned = _bound(env, adapter=str(lora_dir), **kw)
-    assert plain.lm.engine.model is resources.causal_lm(str(base_dir))[0]
+    assert plain.lm.engine.model is load_hf(str(base_dir))[0]
     for m in (plain.lm.engine.model, tuned.lm.engine.model):  # merged weights: nobody's instance is wrapped
         assert not isinstance(m, PeftModel) and not any("lora" in n for n, _ in m.named_modules())
     a, b = plain.compress(small).meta["scores"], tuned.compress(small).meta["scores"]
@@ -163,7 +154,7 @@ def test_threshold_curve_from_records_reproduces_the_adapters_selection(env, sma
     import json
 
     from harness.prompt import render_documents
-    from methods.exit_curve import curve
+    from research.exit.curve import curve
 
     data = tmp_path / "d.jsonl"
     ctxs = [{"title": p.title, "text": p.text} for p in small.passages]
@@ -187,7 +178,7 @@ def test_threshold_curve_from_records_reproduces_the_adapters_selection(env, sma
 def test_the_embedded_exit_config_is_the_trained_cross_encoder_and_keeps_the_answer_sentence(env, small):
     """``method=exit`` on the embedded profile: the committed MiniLM classifier at the paper's 0.5 keeps the
     sentence that answers the question, in original order, and not the other passage's capital. (It still
-    judges mostly by passage: the three Paris sentences score alike, see methods/exit_artifacts/README.md.)"""
+    judges mostly by passage: the three Paris sentences score alike, see methods/exit/README.md.)"""
     from hydra import compose, initialize_config_dir
 
     from harness.config import register_resolvers

@@ -94,8 +94,13 @@ class Faulty(Full):
         return super().compress(example)
 
 
-OVERRIDES = ["method._target_=tests.test_faults.Faulty", "generator=smollm2_transformers", "batch_size=1",
-             "latency.samples=0", "progress=false"]
+OVERRIDES = [
+    "method._target_=tests.test_faults.Faulty",
+    "generator=smollm2_transformers",
+    "batch_size=1",
+    "latency.samples=0",
+    "progress=false",
+]
 
 
 def records(folder):
@@ -109,8 +114,16 @@ def test_a_failing_example_stops_the_run_with_one_line_and_a_resume_goes_on_from
     import harness
 
     ids = [e.id for e in load_dataset(DatasetSpec("nq", str(DATA / "nq" / "test.jsonl.gz"), limit=3))]
-    cmd = [sys.executable, "-m", "harness", "method=full", "dataset=nq", "limit=3", f"results_dir={tmp_path}",
-           *OVERRIDES]
+    cmd = [
+        sys.executable,
+        "-m",
+        "harness",
+        "method=full",
+        "dataset=nq",
+        "limit=3",
+        f"results_dir={tmp_path}",
+        *OVERRIDES,
+    ]
     r = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600, env={**os.environ, FAIL_ON: ids[1]})
     assert r.returncode == 2 and "Traceback" not in r.stderr
     line = r.stderr.strip().splitlines()[-1]
@@ -124,7 +137,9 @@ def test_a_failing_example_stops_the_run_with_one_line_and_a_resume_goes_on_from
     ev = run(on_error="skip")
     assert ev.folder == folder and [k["id"] for k in records(folder)] == ids
     assert records(folder)[1]["error"] == {
-        "stage": "compress", "type": "ValueError", "message": f"cannot compress {ids[1]}"
+        "stage": "compress",
+        "type": "ValueError",
+        "message": f"cannot compress {ids[1]}",
     }
     assert (ev.summary["n"], ev.summary["failed_examples"], ev.summary["failed_ids"]) == (2, 1, [ids[1]])
     # a resume retries the failed example: with the fault gone it is scored, and the others are kept as they were

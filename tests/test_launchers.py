@@ -28,8 +28,19 @@ SMALL = ["dataset=nq", "latency.samples=0", "progress=false"]
 # the launcher tests are about processes, not the engine: the transformers generator starts in seconds where a
 # vLLM engine takes ~15 s (the joblib test keeps vLLM: two engines must split the cores, not both take them all)
 FAST = [*SMALL, "generator=smollm2_transformers"]
-METRICS = ("n", "subem", "em", "f1", "cr", "cr_mean", "original_tokens", "compressed_tokens", "kept_nothing",
-           "cr_nonempty", "diagnostics")
+METRICS = (
+    "n",
+    "subem",
+    "em",
+    "f1",
+    "cr",
+    "cr_mean",
+    "original_tokens",
+    "compressed_tokens",
+    "kept_nothing",
+    "cr_nonempty",
+    "diagnostics",
+)
 PER_EXAMPLE = ("id", "prediction", "context", "units", "original_tokens", "compressed_tokens", "subem", "em", "f1")
 
 
@@ -38,7 +49,11 @@ def harness(*args: str, timeout: int = 600, **env: str) -> subprocess.CompletedP
     launcher)."""
     environ = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"} | env
     return subprocess.run(
-        [sys.executable, "-m", "harness", *args], cwd=REPO, env=environ, capture_output=True, text=True,
+        [sys.executable, "-m", "harness", *args],
+        cwd=REPO,
+        env=environ,
+        capture_output=True,
+        text=True,
         timeout=timeout,
     )
 
@@ -77,8 +92,9 @@ def test_shard_folders_sit_under_the_unsharded_runs_folder_and_keep_its_key():
 
 def test_submitit_slurm_is_a_launcher_choice():
     with initialize_config_dir(str(REPO / "conf"), version_base="1.3"):
-        cfg = compose("config", ["hydra/launcher=submitit_slurm", "hydra.launcher.partition=cpu"],
-                      return_hydra_config=True)
+        cfg = compose(
+            "config", ["hydra/launcher=submitit_slurm", "hydra.launcher.partition=cpu"], return_hydra_config=True
+        )
     assert cfg.hydra.launcher._target_.endswith("submitit_launcher.SlurmLauncher")
     assert cfg.hydra.launcher.partition == "cpu"
 
@@ -127,8 +143,12 @@ def test_a_second_process_on_a_busy_run_folder_fails_at_once(tmp_path):
     args = ["method=full", *FAST, "limit=6", "batch_size=1", f"results_dir={tmp_path}"]
     environ = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
     first = subprocess.Popen(
-        [sys.executable, "-m", "harness", *args], cwd=REPO, env=environ, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True,
+        [sys.executable, "-m", "harness", *args],
+        cwd=REPO,
+        env=environ,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     lock = tmp_path / "embedded" / "smollm2-135m-instruct" / "nq" / "full" / ".run.lock"
     deadline = time.time() + 120
@@ -152,8 +172,15 @@ def test_a_second_process_on_a_busy_run_folder_fails_at_once(tmp_path):
 
 
 def test_joblib_launcher_runs_the_grid_in_two_worker_processes(tmp_path):
-    r = harness("-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "method=naive,bm25", *SMALL, "limit=2",
-                f"results_dir={tmp_path}")
+    r = harness(
+        "-m",
+        "hydra/launcher=joblib",
+        "hydra.launcher.n_jobs=2",
+        "method=naive,bm25",
+        *SMALL,
+        "limit=2",
+        f"results_dir={tmp_path}",
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     got = summaries(tmp_path)
     assert sorted(got) == ["bm25", "naive"]
@@ -165,9 +192,17 @@ def test_joblib_launcher_runs_the_grid_in_two_worker_processes(tmp_path):
 
 def test_ray_launcher_runs_the_grid_on_a_local_cluster(tmp_path):
     ray_init = "+hydra.launcher.ray.init."
-    r = harness("-m", "hydra/launcher=ray", f"{ray_init}_node_ip_address=127.0.0.1",
-                f"{ray_init}include_dashboard=false", f"{ray_init}num_cpus=2", "method=naive,bm25", *FAST,
-                "limit=2", f"results_dir={tmp_path}")
+    r = harness(
+        "-m",
+        "hydra/launcher=ray",
+        f"{ray_init}_node_ip_address=127.0.0.1",
+        f"{ray_init}include_dashboard=false",
+        f"{ray_init}num_cpus=2",
+        "method=naive,bm25",
+        *FAST,
+        "limit=2",
+        f"results_dir={tmp_path}",
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     assert "Ray Launcher is launching 2 jobs" in r.stdout + r.stderr
     got = summaries(tmp_path)

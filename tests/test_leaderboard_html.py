@@ -17,16 +17,20 @@ from leaderboard.publish import publish
 
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 # CI sets RAG_HARNESS_REQUIRE_BROWSER=1: a missing browser then fails the tests instead of skipping them.
-pytestmark = [] if os.environ.get("RAG_HARNESS_REQUIRE_BROWSER") == "1" else [
-    pytest.mark.skipif(
-        not Path(CHROMIUM).is_file() and shutil.which("chromium") is None,
-        reason=f"no chromium at {CHROMIUM} (apt-get install -y chromium)",
-    ),
-    pytest.mark.skipif(
-        importlib.util.find_spec("playwright") is None,
-        reason="the playwright package is not installed (pip install playwright==1.65.2)",
-    ),
-]
+pytestmark = (
+    []
+    if os.environ.get("RAG_HARNESS_REQUIRE_BROWSER") == "1"
+    else [
+        pytest.mark.skipif(
+            not Path(CHROMIUM).is_file() and shutil.which("chromium") is None,
+            reason=f"no chromium at {CHROMIUM} (apt-get install -y chromium)",
+        ),
+        pytest.mark.skipif(
+            importlib.util.find_spec("playwright") is None,
+            reason="the playwright package is not installed (pip install playwright==1.65.2)",
+        ),
+    ]
+)
 
 
 @pytest.fixture(scope="module")

@@ -112,7 +112,7 @@ def test_merged_adapter_gives_the_peft_adapters_greedy_tokens(hf_lm, prompts):
     from transformers import AutoModelForCausalLM
 
     from harness.lm import get_lm
-    from harness.models import resolve
+    from harness.lm.models import resolve
 
     merged = get_lm(LM, engine="transformers", dtype="float32", adapter=ADAPTER)
     assert merged is not hf_lm and merged.namespace != hf_lm.namespace
@@ -138,12 +138,11 @@ def test_merged_adapter_gives_the_peft_adapters_greedy_tokens(hf_lm, prompts):
 def test_one_loaded_model_per_weights_whoever_asks_first(hf_lm):
     """Every caller gets the same (model, tokenizer) for the same weights/dtype/device, built one way (pad token
     set), so no method can hand another a differently built model; other dtypes or adapters are other keys."""
-    from harness import resources
     from harness.lm.loading import load_hf
-    from harness.models import resolve
+    from harness.lm.models import resolve
 
     a = load_hf(LM, "float32")
-    b = resources.causal_lm(LM, "float32")
+    b = load_hf(LM)  # the default dtype and device
     c = load_hf(resolve(LM).path, "float32")  # the same folder by path
     assert a[0] is b[0] is c[0] is hf_lm.engine.model
     assert a[1].pad_token_id is not None
@@ -194,7 +193,8 @@ def test_a_replayed_call_carries_the_seconds_it_was_measured_at(tmp_path, hf_lm,
 def test_a_lazy_engine_whose_calls_all_replay_never_starts(tmp_path, vllm_lm, prompts):
     """``get_lm(lazy=True)``: the tokenizer at once (the same ids as the engine's own), the engine only when a
     call misses the cache; its calls share the eager LM's cache keys."""
-    from harness.lm import _build, cache
+    from harness.lm import cache
+    from harness.lm.instances import _build
 
     # the same settings as the shared engine (whichever test started it, with whatever context length)
     max_len = vllm_lm.engine.settings["max_model_len"]
@@ -218,8 +218,12 @@ def test_dtype_auto_picks_bf16_only_where_it_is_native(monkeypatch):
     from harness.lm import hardware
 
     monkeypatch.setattr(hardware, "has_cuda", lambda: False)
-    for flags, want in (({"avx2", "fma"}, "float32"), ({"avx2", "avx512f"}, "float32"),
-                        ({"avx512f", "avx512_bf16"}, "bfloat16"), ({"amx_bf16"}, "bfloat16")):
+    for flags, want in (
+        ({"avx2", "fma"}, "float32"),
+        ({"avx2", "avx512f"}, "float32"),
+        ({"avx512f", "avx512_bf16"}, "bfloat16"),
+        ({"amx_bf16"}, "bfloat16"),
+    ):
         monkeypatch.setattr(hardware, "cpu_flags", lambda f=flags: frozenset(f))
         assert hardware.pick_dtype("auto") == want, flags
     assert hardware.pick_dtype("float32") == "float32"  # an explicit dtype is kept

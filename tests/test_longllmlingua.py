@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from harness import resources
+from harness.lm.loading import load_hf
 from harness.text import split_sentences
 from harness.types import Example, Passage
 from methods.longllmlingua import CL100K_URL, SETTINGS, LongLLMLingua, offline_tiktoken
@@ -15,16 +15,7 @@ from methods.longllmlingua import CL100K_URL, SETTINGS, LongLLMLingua, offline_t
 LM = "embedded:smollm2-135m-instruct"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread(env):
-    """One intra-op thread for this module (restored after): on the shared 2-core dev machine under load,
-    two OpenMP threads ran these forward passes 10-20x slower than one. Results do not depend on it."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def test_tiktoken_loads_offline_without_leaving_the_variable_set(tmp_path, monkeypatch):
@@ -86,7 +77,7 @@ def small(nq5):
 
 def test_the_scorer_is_the_generators_shared_model(bound, generator):
     pc = bound.compressor
-    assert pc.model is generator.model is resources.causal_lm(LM)[0]
+    assert pc.model is generator.model is load_hf(LM)[0]
     assert pc.tokenizer is not generator.tokenizer and pc.tokenizer.padding_side == "left"
 
 
@@ -151,8 +142,9 @@ def test_the_packages_condition_compare_error_falls_back_without_it_and_is_recor
     monkeypatch.setattr(pc, "get_compressed_input", get_compressed_input)
     comp = bound.compress(small)
     assert comp.meta["fallback"] == {"condition_compare": False, "error": f"IndexError: {message}"}
-    want = bound._compress([p.render() for p in small.passages], small.question,
-                           {**SETTINGS, "condition_compare": False})
+    want = bound._compress(
+        [p.render() for p in small.passages], small.question, {**SETTINGS, "condition_compare": False}
+    )
     assert comp.documents == [d.strip() for d in want["compressed_prompt"].split("\n\n") if d.strip()]
     assert comp.documents
 

@@ -80,9 +80,7 @@ def test_bm25_sentences_honour_the_rate_and_original_order(nq5, env):
         comp = m.compress(ex)
         _, texts = sentence_units(ex.passages)
         total = sum(env.count_tokens(t) for t in texts)
-        kept = sum(
-            env.count_tokens(split_sentences(ex.passages[u.passage].text)[u.sentence]) for u in comp.units
-        )
+        kept = sum(env.count_tokens(split_sentences(ex.passages[u.passage].text)[u.sentence]) for u in comp.units)
         assert kept <= 0.25 * total
         assert comp.units == sorted(comp.units, key=lambda u: (u.passage, u.sentence))
 
@@ -98,11 +96,7 @@ def test_generator_answers_with_context(generator):
     from harness.prompt import build_messages
 
     [g] = generator.generate(
-        [
-            build_messages(
-                "What is the capital of France?", [Passage("Paris is the capital of France.").render()]
-            )
-        ]
+        [build_messages("What is the capital of France?", [Passage("Paris is the capital of France.").render()])]
     )
     assert "paris" in g.answer.lower()
     assert generator.count_tokens("") == 0 < generator.count_tokens("Paris")

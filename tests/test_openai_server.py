@@ -52,19 +52,37 @@ class VLLMServer:
 
     def launch(self) -> None:
         """Start the server process on a free port (``wait`` until it answers)."""
+        from harness.lm.models import resolve
         from harness.lm.vllm_engine import CPU_BLOCK_SIZE, cpu_environment
-        from harness.models import resolve
 
         self.port = free_port()
-        cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", resolve(LM).path,
-               "--served-model-name", MODEL, "--host", "127.0.0.1", "--port", str(self.port), "--dtype", "float32",
-               "--max-model-len", "4096", "--block-size", str(CPU_BLOCK_SIZE), "--enable-prefix-caching",
-               "--enforce-eager"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            resolve(LM).path,
+            "--served-model-name",
+            MODEL,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--dtype",
+            "float32",
+            "--max-model-len",
+            "4096",
+            "--block-size",
+            str(CPU_BLOCK_SIZE),
+            "--enable-prefix-caching",
+            "--enforce-eager",
+        ]
         env = {**os.environ, **cpu_environment(None), "VLLM_API_KEY": KEY, "HF_HUB_OFFLINE": "1"}
         self.log = self.folder / "server.log"
         with self.log.open("w") as log:
-            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=self.folder,
-                                         start_new_session=True)
+            self.proc = subprocess.Popen(
+                cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=self.folder, start_new_session=True
+            )
 
     def wait(self, wait_s: float = 900) -> None:
         """Block until the launched server answers ``/health``."""
@@ -123,8 +141,19 @@ def server(tmp_path_factory):
 
 
 def harness_cmd(results: Path, *overrides: str) -> list[str]:
-    return [sys.executable, "-m", "harness", "method=full", "dataset=nq", f"limit={LIMIT}", f"batch_size={BATCH}",
-            "latency.samples=0", "progress=false", f"results_dir={results}", *overrides]
+    return [
+        sys.executable,
+        "-m",
+        "harness",
+        "method=full",
+        "dataset=nq",
+        f"limit={LIMIT}",
+        f"batch_size={BATCH}",
+        "latency.samples=0",
+        "progress=false",
+        f"results_dir={results}",
+        *overrides,
+    ]
 
 
 def harness_env(key: str | None = KEY) -> dict[str, str]:
@@ -133,8 +162,9 @@ def harness_env(key: str | None = KEY) -> dict[str, str]:
 
 
 def run_harness(results: Path, *overrides: str) -> subprocess.CompletedProcess:
-    r = subprocess.run(harness_cmd(results, *overrides), cwd=REPO, capture_output=True, text=True, timeout=900,
-                       env=harness_env())
+    r = subprocess.run(
+        harness_cmd(results, *overrides), cwd=REPO, capture_output=True, text=True, timeout=900, env=harness_env()
+    )
     LOGS.extend([r.stdout, r.stderr])
     return r
 
@@ -168,8 +198,16 @@ def test_served_answers_equal_the_in_process_vllm_engine(uninterrupted, tmp_path
     import harness
 
     # in this process: the default generator's engine is shared with the other tests that ran it
-    harness.evaluate("full", "nq", limit=LIMIT, overrides=["generator=smollm2_vllm", "generator.dtype=float32"],
-                     batch_size=BATCH, latency={"samples": 0}, progress=False, results_dir=str(tmp_path))
+    harness.evaluate(
+        "full",
+        "nq",
+        limit=LIMIT,
+        overrides=["generator=smollm2_vllm", "generator.dtype=float32"],
+        batch_size=BATCH,
+        latency={"samples": 0},
+        progress=False,
+        results_dir=str(tmp_path),
+    )
     local, remote = records(tmp_path), records(uninterrupted)
     assert [x["id"] for x in remote] == [x["id"] for x in local] and len(local) == LIMIT
     for a, b in zip(local, remote, strict=True):
@@ -206,8 +244,14 @@ def interrupted(server, uninterrupted, tmp_path_factory):
     fast_fail = ("generator.retries=2", "generator.backoff_s=0.2")
     out, err = results.parent / "killed.out", results.parent / "killed.err"
     with out.open("w") as fo, err.open("w") as fe:
-        proc = subprocess.Popen(harness_cmd(results, *served(server.url, *fast_fail)), cwd=REPO, stdout=fo,
-                                stderr=fe, text=True, env=harness_env())
+        proc = subprocess.Popen(
+            harness_cmd(results, *served(server.url, *fast_fail)),
+            cwd=REPO,
+            stdout=fo,
+            stderr=fe,
+            text=True,
+            env=harness_env(),
+        )
         t0 = time.monotonic()
         while time.monotonic() - t0 < 600 and proc.poll() is None:
             preds = list(results.rglob("predictions.jsonl"))
@@ -242,8 +286,18 @@ def test_killed_server_fails_in_one_line_and_a_rerun_resumes_to_the_same_records
     resumed, reference = records(results), records(uninterrupted)
     assert resumed[: len(kept)] == kept  # the records already there are kept as they were
     assert [r["id"] for r in resumed] == [r["id"] for r in reference]  # each example once, none lost
-    fields = ("prediction", "raw_output", "context", "prompt_tokens", "completion_tokens", "original_tokens",
-              "compressed_tokens", "subem", "em", "f1")
+    fields = (
+        "prediction",
+        "raw_output",
+        "context",
+        "prompt_tokens",
+        "completion_tokens",
+        "original_tokens",
+        "compressed_tokens",
+        "subem",
+        "em",
+        "f1",
+    )
     assert [{k: r[k] for k in fields} for r in resumed] == [{k: r[k] for k in fields} for r in reference]
     summary = json.loads(next(results.rglob("summary.json")).read_text())
     assert summary["n"] == LIMIT and summary["run"]["examples_computed"] == LIMIT - len(kept)
@@ -294,8 +348,8 @@ def test_timeout_fails_at_once_in_one_line_naming_url_and_timeout(server, monkey
 
 @pytest.mark.vllm
 def test_edc2_compresses_through_the_served_model(server, env, nq5, monkeypatch):
-    from methods.edc2 import EDC2
     from methods.edc2.llm import ServerLLM
+    from methods.edc2.method import EDC2
 
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
     m = EDC2(ServerLLM(MODEL, base_url=server.url, max_new_tokens=24), "embedded:all-minilm-l6-v2")
@@ -311,13 +365,25 @@ def test_edc2_compresses_through_the_served_model(server, env, nq5, monkeypatch)
 
 
 def test_a_method_needing_answer_nll_says_the_served_generator_cannot(tmp_path):
-    r = subprocess.run(harness_cmd(tmp_path, "method=ci_oracle", "generator=openai_server",
-                                   "generator.base_url=http://127.0.0.1:9/v1"),
-                       cwd=REPO, capture_output=True, text=True, timeout=600, env=harness_env(None))
+    r = subprocess.run(
+        harness_cmd(
+            tmp_path, "method=ci_oracle", "generator=openai_server", "generator.base_url=http://127.0.0.1:9/v1"
+        ),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=harness_env(None),
+    )
     assert r.returncode == 2 and "Traceback" not in r.stderr
     [line] = r.stderr.strip().splitlines()[-1:]
-    assert line.startswith("error: ci_oracle needs answer log-likelihoods from the generator, but the generator "
-                           "openai-server (OpenAIServerGenerator) cannot score answers") and "scorer_model" in line
+    assert (
+        line.startswith(
+            "error: ci_oracle needs answer log-likelihoods from the generator, but the generator "
+            "openai-server (OpenAIServerGenerator) cannot score answers"
+        )
+        and "scorer_model" in line
+    )
 
 
 def test_no_tokenizer_is_refused_and_the_key_variable_name_is_not_redacted():
@@ -328,7 +394,10 @@ def test_no_tokenizer_is_refused_and_the_key_variable_name_is_not_redacted():
     with pytest.raises(ConfigError, match=r"generator\.tokenizer is null"):
         OpenAIServerGenerator("s", MODEL, "http://127.0.0.1:9/v1", tokenizer=None)
     assert redact({"api_key_env": "OPENAI_API_KEY", "api_key": "sk-1", "g": {"token": "t"}}) == {
-        "api_key_env": "OPENAI_API_KEY", "api_key": "<redacted>", "g": {"token": "<redacted>"}}
+        "api_key_env": "OPENAI_API_KEY",
+        "api_key": "<redacted>",
+        "g": {"token": "<redacted>"},
+    }
 
 
 class _Stub(BaseHTTPRequestHandler):
@@ -352,8 +421,10 @@ class _Stub(BaseHTTPRequestHandler):
         time.sleep(cls.delay_s)
         if status == 200:
             content = body["messages"][-1]["content"]
-            out = {"choices": [{"message": {"content": f" {content} "}, "finish_reason": "stop"}],
-                   "usage": {"prompt_tokens": 3, "completion_tokens": 1}}
+            out = {
+                "choices": [{"message": {"content": f" {content} "}, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 3, "completion_tokens": 1},
+            }
         else:  # an error body that echoes the credentials, as some servers do
             out = {"error": f"status {status} for {self.headers.get('Authorization')}"}
         data = json.dumps(out).encode()

@@ -28,11 +28,14 @@ def method_cfg(method: str, profile: str, dataset: str = "nq"):
     return cfg.method
 
 
-@pytest.mark.parametrize("dataset,extr,abs_", [
-    ("nq", "fangyuan/nq_extractive_compressor", "fangyuan/nq_abstractive_compressor"),
-    ("triviaqa", "fangyuan/tqa_extractive_compressor", "fangyuan/tqa_abstractive_compressor"),
-    ("hotpotqa", "fangyuan/hotpotqa_extractive_compressor", "fangyuan/hotpotqa_abstractive"),
-])
+@pytest.mark.parametrize(
+    "dataset,extr,abs_",
+    [
+        ("nq", "fangyuan/nq_extractive_compressor", "fangyuan/nq_abstractive_compressor"),
+        ("triviaqa", "fangyuan/tqa_extractive_compressor", "fangyuan/tqa_abstractive_compressor"),
+        ("hotpotqa", "fangyuan/hotpotqa_extractive_compressor", "fangyuan/hotpotqa_abstractive"),
+    ],
+)
 def test_paper_profile_maps_dataset_to_checkpoint(dataset, extr, abs_):
     e = OmegaConf.to_container(method_cfg("recomp_extr", "paper", dataset), resolve=True)
     sc = e["scorer"]
@@ -48,7 +51,7 @@ def test_mean_pooling_dot_product_is_recomps_scorer():
     import torch
     from transformers import AutoModel, AutoTokenizer
 
-    from harness.models import resolve
+    from harness.lm.models import resolve
 
     q = "when was the eiffel tower built"
     texts = ["The Eiffel Tower was constructed from 1887 to 1889.", "It is 330 metres tall.", "Cats purr."]
@@ -111,13 +114,25 @@ def _tiny_t5(path, tok, eos_first: bool):
     from transformers import GenerationConfig, T5Config, T5ForConditionalGeneration
 
     torch.manual_seed(0)
-    config = T5Config(vocab_size=tok.vocab_size, d_model=16, d_kv=4, d_ff=32, num_layers=1, num_heads=2,
-                      pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
-                      decoder_start_token_id=tok.pad_token_id)
+    config = T5Config(
+        vocab_size=tok.vocab_size,
+        d_model=16,
+        d_kv=4,
+        d_ff=32,
+        num_layers=1,
+        num_heads=2,
+        pad_token_id=tok.pad_token_id,
+        eos_token_id=tok.eos_token_id,
+        decoder_start_token_id=tok.pad_token_id,
+    )
     model = T5ForConditionalGeneration(config).eval()
     bias = [[[tok.eos_token_id], 100.0]] if eos_first else None  # a model that always says nothing
-    model.generation_config = GenerationConfig(pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
-                                               decoder_start_token_id=tok.pad_token_id, sequence_bias=bias)
+    model.generation_config = GenerationConfig(
+        pad_token_id=tok.pad_token_id,
+        eos_token_id=tok.eos_token_id,
+        decoder_start_token_id=tok.pad_token_id,
+        sequence_bias=bias,
+    )
     model.save_pretrained(path)
     tok.save_pretrained(path)
     return str(path)
@@ -127,7 +142,7 @@ def _tiny_t5(path, tok, eos_first: bool):
 def t5_tokenizer():
     from transformers import AutoTokenizer
 
-    from harness.models import resolve
+    from harness.lm.models import resolve
 
     tok = AutoTokenizer.from_pretrained(resolve(ENCODER).path)
     tok.eos_token = "[SEP]"

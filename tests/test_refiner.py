@@ -9,8 +9,8 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from harness import resources
 from harness.config import register_resolvers
+from harness.lm.loading import load_hf
 from harness.provenance import REPO_ROOT
 from harness.types import Example, Passage
 from methods.refiner import TEACHER_SYSTEM, Refiner, refiner_context
@@ -28,15 +28,26 @@ def method_cfg(profile: str):
 def test_profiles():
     paper = method_cfg("paper")
     assert (paper["model"], paper["adapter"], paper["prompt"], paper["max_new_tokens"]) == (
-        "meta-llama/Llama-2-7b-chat-hf", "al1231/Refiner-7B", "monitor", 2048)
+        "meta-llama/Llama-2-7b-chat-hf",
+        "al1231/Refiner-7B",
+        "monitor",
+        2048,
+    )
     emb = method_cfg("embedded")
     assert (emb["model"], emb["adapter"], emb["prompt"]) == (LM, None, "teacher")
 
 
 def test_context_is_refiners_markdown():
-    ps = (Passage("Alpha one.", "A"), Passage("Beta text.", "B"), Passage("Alpha two.", "A"),
-          Passage("Alpha three.", "A"), Passage("Beta text.", "B"), Passage("x", "C"),
-          Passage("a ; b table", "D"), Passage("Cat page.", "Category:Things"))
+    ps = (
+        Passage("Alpha one.", "A"),
+        Passage("Beta text.", "B"),
+        Passage("Alpha two.", "A"),
+        Passage("Alpha three.", "A"),
+        Passage("Beta text.", "B"),
+        Passage("x", "C"),
+        Passage("a ; b table", "D"),
+        Passage("Cat page.", "Category:Things"),
+    )
     assert refiner_context(ps) == "## A\nAlpha one....Alpha two.\n---\n## B\nBeta text."
     assert refiner_context(ps, n_contexts=3).startswith("## A\nAlpha one....Alpha two....Alpha three.\n---\n")
     assert refiner_context(()) == ""
@@ -84,11 +95,19 @@ def test_lora_path_on_a_tiny_llama(env, nq5, tmp_path):
     from peft import LoraConfig, PeftModel, get_peft_model
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    tok = resources.causal_lm(LM)[1]
+    tok = load_hf(LM)[1]
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                         num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=4096,
-                         pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
+    config = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=4096,
+        pad_token_id=tok.pad_token_id,
+        eos_token_id=tok.eos_token_id,
+    )
     base = tmp_path / "base"
     LlamaForCausalLM(config).save_pretrained(base)
     tok.save_pretrained(base)
@@ -98,11 +117,17 @@ def test_lora_path_on_a_tiny_llama(env, nq5, tmp_path):
             torch.nn.init.normal_(p)  # a trained-looking (non-zero) adapter
     lora.save_pretrained(tmp_path / "adapter")
 
-    method = Refiner(str(base), adapter=str(tmp_path / "adapter"), prompt="monitor", max_new_tokens=3,
-                     engine="transformers", dtype="float32")
+    method = Refiner(
+        str(base),
+        adapter=str(tmp_path / "adapter"),
+        prompt="monitor",
+        max_new_tokens=3,
+        engine="transformers",
+        dtype="float32",
+    )
     method.bind(env)
     merged = method._lm.engine.model  # the adapter merged into derived weights (what vLLM would serve)
-    shared = resources.causal_lm(str(base))[0]
+    shared = load_hf(str(base))[0]
     assert merged is not shared and not isinstance(merged, PeftModel)
     assert not any("lora" in n for n, _ in shared.named_parameters())  # the shared base is never wrapped
     q = "model.layers.0.self_attn.q_proj.weight"

@@ -98,7 +98,7 @@ def tiny_cross_encoder(tmp_path_factory):
     import torch
     from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
 
-    from harness.models import resolve
+    from harness.lm.models import resolve
 
     path = tmp_path_factory.mktemp("tiny_ce")
     tok = AutoTokenizer.from_pretrained(resolve(ENCODER).path)

@@ -228,8 +228,18 @@ def test_multirun_loads_the_generator_once(tmp_path):
 def test_summary_line_says_how_often_the_context_was_emptied():
     from harness.runner import format_summary
 
-    preds = [{"subem": 0.0, "em": 0.0, "f1": 0.0, "original_tokens": 100, "compressed_tokens": c,
-              "compress_s": 0.1, "generate_s": 0.2} for c in (0, 0, 30, 40)]
+    preds = [
+        {
+            "subem": 0.0,
+            "em": 0.0,
+            "f1": 0.0,
+            "original_tokens": 100,
+            "compressed_tokens": c,
+            "compress_s": 0.1,
+            "generate_s": 0.2,
+        }
+        for c in (0, 0, 30, 40)
+    ]
     s = {"method": "m", "dataset": "nq", **summarize(preds)}
     assert s["kept_nothing"] == 0.5
     assert format_summary(s).splitlines()[-1] == "kept nothing (empty context, closed-book answer) on 2/4 examples"

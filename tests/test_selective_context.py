@@ -13,16 +13,7 @@ from methods.selective_context import SelectiveContext, phrase_spans, rebuild, t
 LM = "embedded:smollm2-135m-instruct"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread(env):
-    """One intra-op thread for this module (restored after): on the shared 2-core dev machine under load,
-    two OpenMP threads ran these forward passes 10-20x slower than one. Results do not depend on it."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def _texts(text: str, spans) -> list[str]:
@@ -142,14 +133,21 @@ def test_gpt2_path_with_a_tiny_random_model(env, tmp_path, two):
     """The paper profile's GPT-2 architecture (absolute positions, 1-token start marker, short context)."""
     from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
 
-    from harness.models import resolve
+    from harness.lm.models import resolve
 
     tok = AutoTokenizer.from_pretrained(resolve(LM).path)  # GPT-2 BPE family; the real gpt2 needs the hub
     cfg = GPT2Config(n_layer=2, n_head=2, n_embd=32, n_positions=24, vocab_size=len(tok))
     GPT2LMHeadModel(cfg).save_pretrained(tmp_path)
     tok.save_pretrained(tmp_path)
-    sc = SelectiveContext(str(tmp_path), reduce_ratio=0.5, unit="sentence", start_marker="<|endoftext|>", device="cpu",
-                          engine="transformers", dtype="float32")
+    sc = SelectiveContext(
+        str(tmp_path),
+        reduce_ratio=0.5,
+        unit="sentence",
+        start_marker="<|endoftext|>",
+        device="cpu",
+        engine="transformers",
+        dtype="float32",
+    )
     sc.bind(env)
     assert sc.window == 23
     comp = sc.compress(two[0])

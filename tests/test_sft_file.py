@@ -12,9 +12,21 @@ from safetensors.torch import load_file
 from harness.lm.lora import SFTExample, train_lora
 from harness.lm.sft_file import export_examples, main, read_report
 
-SETTINGS = {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"], "lr": 1e-2, "epochs": 2.0,
-            "grad_accum": 4, "warmup_ratio": 0.1, "loss_norm": "example", "eval_every": 2, "select_best": True,
-            "compute_dtype": None, "seed": 3}
+SETTINGS = {
+    "r": 4,
+    "alpha": 8,
+    "dropout": 0.0,
+    "target_modules": ["q_proj", "v_proj"],
+    "lr": 1e-2,
+    "epochs": 2.0,
+    "grad_accum": 4,
+    "warmup_ratio": 0.1,
+    "loss_norm": "example",
+    "eval_every": 2,
+    "select_best": True,
+    "compute_dtype": None,
+    "seed": 3,
+}
 
 
 @pytest.fixture()
@@ -22,14 +34,23 @@ def tiny(tmp_path):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    model = LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                         num_attention_heads=4, num_key_value_heads=2))
+    model = LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=64,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+        )
+    )
     model.save_pretrained(tmp_path / "base")
     g = torch.Generator().manual_seed(1)
 
     def ex():
-        return SFTExample(torch.randint(0, 64, (12,), generator=g).tolist(),
-                          torch.randint(0, 64, (4,), generator=g).tolist())
+        return SFTExample(
+            torch.randint(0, 64, (12,), generator=g).tolist(), torch.randint(0, 64, (4,), generator=g).tolist()
+        )
 
     train, val = [ex() for _ in range(8)], [ex() for _ in range(3)]
     path = export_examples(tmp_path / "x.sft.json.gz", "extractor", "tiny", train, val, SETTINGS)
@@ -38,8 +59,9 @@ def tiny(tmp_path):
 
 def test_trains_as_in_process_with_snapshots_and_checked_import(tiny):
     tmp, model, train, val, path = tiny
-    report = main([str(path), str(tmp / "out"), "--base", str(tmp / "base"), "--device", "cpu",
-                   "--snapshot-epochs", "1"])
+    report = main(
+        [str(path), str(tmp / "out"), "--base", str(tmp / "base"), "--device", "cpu", "--snapshot-epochs", "1"]
+    )
     assert report["snapshots"] == [2, 4] and report["optimizer_steps"] == 4
     assert json.loads((tmp / "out" / "report.json").read_text())["export_digest"] == report["export_digest"]
     got = load_file(tmp / "out" / "adapter" / "adapter_model.safetensors")
@@ -66,8 +88,20 @@ def test_trains_as_in_process_with_snapshots_and_checked_import(tiny):
 
 def test_time_budget_lowers_epochs_and_says_so(tiny):
     tmp, _, _, _, path = tiny
-    report = main([str(path), str(tmp / "out"), "--base", str(tmp / "base"), "--device", "cpu",
-                   "--epochs", "3", "--time-budget-s", "1e-6"])
+    report = main(
+        [
+            str(path),
+            str(tmp / "out"),
+            "--base",
+            str(tmp / "base"),
+            "--device",
+            "cpu",
+            "--epochs",
+            "3",
+            "--time-budget-s",
+            "1e-6",
+        ]
+    )
     assert report["timing"]["epochs_fit"] == 0.1 and report["epochs"] == 0.1
     assert report["overrides"] == {"epochs": 0.1} and report["optimizer_steps"] == 1
 

@@ -22,9 +22,23 @@ def test_default_generator_is_vllm_and_records_its_engine_settings(tmp_path):
     from harness.lm import hardware
 
     r = subprocess.run(
-        [sys.executable, "-m", "harness", "method=bm25", "dataset=nq", "limit=4", "progress=false",
-         f"results_dir={tmp_path}", "lm.cache=true", f"lm.cache_path={tmp_path / 'calls.sqlite'}"],
-        cwd=REPO, capture_output=True, text=True, timeout=900, env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            "method=bm25",
+            "dataset=nq",
+            "limit=4",
+            "progress=false",
+            f"results_dir={tmp_path}",
+            "lm.cache=true",
+            f"lm.cache_path={tmp_path / 'calls.sqlite'}",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
     )
     assert r.returncode == 0, r.stderr[-3000:]
     # the engine stopped at exit left nothing for multiprocessing's resource tracker to clean up or complain of
@@ -40,8 +54,9 @@ def test_default_generator_is_vllm_and_records_its_engine_settings(tmp_path):
     run = json.loads(next(tmp_path.rglob("run.json")).read_text())
     assert f"engine vllm {info['dtype']}" in run["weights"]  # a bf16 folder never resumes an fp32 one
     preds = [json.loads(x) for x in next(tmp_path.rglob("predictions.jsonl")).read_text().splitlines()]
-    assert all(p["raw_output"].strip() for p in preds) and all(p["threads"] == len(hardware.usable_cores())
-                                                               for p in preds)
+    assert all(p["raw_output"].strip() for p in preds) and all(
+        p["threads"] == len(hardware.usable_cores()) for p in preds
+    )
     assert summary["cr"] > 2
     lat = [json.loads(x) for x in next(tmp_path.rglob("latency.jsonl")).read_text().splitlines()]
     assert summary["latency_protocol"] == "batch1" and len(lat) == summary["latency_n"] == 4

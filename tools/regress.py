@@ -291,52 +291,44 @@ def load_grid(path: str | Path) -> dict[str, Any]:
 
 def run_grid(grid: dict[str, Any], out: Path) -> tuple[dict[str, list[dict]], dict[str, dict]]:
     """Run every cell in this process (one generator load); returns slim records and run summaries."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     # idle OpenMP threads sleep instead of spinning (read when torch first loads; no effect if it is loaded)
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    from hydra import compose, initialize_config_dir
+    records, summaries = {}, {}
+    for dataset in grid["datasets"]:
+        for method in grid["methods"]:
+            name = cell_name(dataset, method)
+            records[name], summaries[name] = run_cell(grid, dataset, method, out)
+    return records, summaries
 
-    from harness.config import register_resolvers
+
+def run_cell(grid: dict[str, Any], dataset: str, method: str, out: Path) -> tuple[list[dict], dict]:
+    """One cell of the grid, composed as ``python -m harness`` would with the grid's overrides (the profile's
+    environment applied: the embedded profile never touches the hub); its slim records and summary."""
+    from harness.config import compose_config
     from harness.runner import run
 
-    register_resolvers()
-    records, summaries = {}, {}
-    with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base="1.3"):
-        for dataset in grid["datasets"]:
-            for method in grid["methods"]:
-                cfg = compose(
-                    "config",
-                    overrides=[
-                        f"method={method}",
-                        f"dataset={dataset}",
-                        f"limit={int(grid['limit'])}",
-                        "progress=false",
-                        "latency.samples=0",
-                        *grid["overrides"],
-                    ],
-                )
-                folder = out / cfg.profile.name / cfg.generator.name / dataset / method
-                t0 = time.perf_counter()
-                s = run(cfg, folder)
-                name = cell_name(dataset, method)
-                records[name] = [slim(r) for r in read_jsonl(folder / PREDICTIONS)][: int(grid["limit"])]
-                summaries[name] = {
-                    **cell_summary(records[name]),
-                    "wall_s": round(time.perf_counter() - t0, 2),
-                    "generator_model": {
-                        k: v for k, v in (s["generator_info"].get("model") or {}).items() if k != "path"
-                    },  # the local cache path is no provenance
-                    "method_info": s["method_info"],
-                    "git": s["git"],
-                }
-                print(
-                    f"  {name:38} n={s['n']:<4} SubEM {s['subem']:6.2f}  F1 {s['f1']:6.2f}  "
-                    f"{summaries[name]['wall_s']:7.1f}s",
-                    flush=True,
-                )
-    return records, summaries
+    limit = int(grid["limit"])
+    overrides = [f"method={method}", f"dataset={dataset}", f"limit={limit}", "progress=false", "latency.samples=0"]
+    cfg = compose_config("config", [*overrides, *grid["overrides"]])
+    folder = out / cfg.profile.name / cfg.generator.name / dataset / method
+    t0 = time.perf_counter()
+    s = run(cfg, folder)
+    records = [slim(r) for r in read_jsonl(folder / PREDICTIONS)][:limit]
+    summary = {
+        **cell_summary(records),
+        "wall_s": round(time.perf_counter() - t0, 2),
+        "generator_model": {
+            k: v for k, v in (s["generator_info"].get("model") or {}).items() if k != "path"
+        },  # the local cache path is no provenance
+        "method_info": s["method_info"],
+        "git": s["git"],
+    }
+    name = cell_name(dataset, method)
+    print(
+        f"  {name:38} n={s['n']:<4} SubEM {s['subem']:6.2f}  F1 {s['f1']:6.2f}  {summary['wall_s']:7.1f}s",
+        flush=True,
+    )
+    return records, summary
 
 
 def write_baseline(

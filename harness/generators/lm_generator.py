@@ -97,7 +97,7 @@ class LMGenerator:
         return self.lm.answer_nll([self._encode(m) for m in prompts], answers)
 
     def describe(self) -> dict[str, Any]:
-        from harness.models import resolve
+        from harness.lm.models import resolve
 
         return {
             "name": self.name,

@@ -62,11 +62,9 @@ class OpenAIServerGenerator:
             )
         if ref == "server":
             return lambda text: len(self.client.tokenize(text))
-        from transformers import AutoTokenizer
+        from harness.lm.loading import load_tokenizer
 
-        from harness.models import resolve
-
-        tok = AutoTokenizer.from_pretrained(resolve(ref).path)
+        tok = load_tokenizer(ref)
         return lambda text: len(tok(text, add_special_tokens=False)["input_ids"])
 
     def count_tokens(self, text: str) -> int:
@@ -81,7 +79,7 @@ class OpenAIServerGenerator:
         return [Generation(r.text, self.answer_rule(r.text), r.prompt_tokens, r.completion_tokens) for r in replies]
 
     def describe(self) -> dict[str, Any]:
-        from harness.models import resolve
+        from harness.lm.models import resolve
 
         tok = "server" if self.tokenizer_ref == "server" else resolve(str(self.tokenizer_ref)).describe()
         client = self.client.describe()

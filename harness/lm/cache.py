@@ -73,7 +73,7 @@ def enabled() -> bool:
 
 
 def cache_path() -> Path:
-    from harness.models import cache_dir
+    from harness.lm.models import cache_dir
 
     return Path(_SETTINGS["path"] or os.environ.get("RAG_HARNESS_LM_CACHE_PATH") or cache_dir() / "lm-calls.sqlite")
 

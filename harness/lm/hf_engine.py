@@ -151,8 +151,9 @@ class TransformersEngine:
                         cache.crop(-extra)
                 else:
                     keep = 0
-                o = body(input_ids=torch.tensor([ids[keep:]], device=self.device), past_key_values=cache,
-                         use_cache=True)
+                o = body(
+                    input_ids=torch.tensor([ids[keep:]], device=self.device), past_key_values=cache, use_cache=True
+                )
                 if shared < len(ids) // 2:  # mostly new text: a base for the prompts that follow
                     bases = [*bases[-(MAX_BASES - 1) :], (ids, o.past_key_values)]
                 hidden = o.last_hidden_state[0, s - keep : len(ids) - 1 - keep]

@@ -1,4 +1,5 @@
-"""Loading causal LMs: one function, one process-wide instance per (weights, dtype, device, merged adapter).
+"""Loading causal LMs: one function, one process-wide instance per (weights, dtype, device, merged adapter);
+their tokenizers and configs read the same way (``load_tokenizer``, ``model_config``).
 
 A LoRA adapter is merged into a copy of the base weights saved once as a derived folder under the user cache,
 keyed by the base weights' and the adapter's SHA-256 (``merged_folder``): every engine (vLLM included, which
@@ -15,7 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from harness import resources
-from harness.models import cache_dir, file_sha256, resolve
+from harness.lm.models import cache_dir, file_sha256, resolve
+
+
+def is_adapter_dir(path: str | Path) -> bool:
+    """Whether ``path`` is a PEFT adapter folder (it holds ``adapter_config.json``)."""
+    return (Path(path) / "adapter_config.json").is_file()
 
 
 def adapter_digest(path: str | Path) -> str | None:
@@ -37,20 +43,39 @@ def weights_digest(ref: str) -> str | None:
     return hashlib.sha256("".join(file_sha256(f) for f in files).encode()).hexdigest()
 
 
+def load_tokenizer(ref: str, trust_remote_code: bool = False) -> Any:
+    """The tokenizer of a model reference (tokenizer files only; no weights load)."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(resolve(ref).path, trust_remote_code=trust_remote_code)
+
+
+def model_config(ref: str, trust_remote_code: bool = False) -> Any:
+    """The ``transformers`` config of a model reference (its context length, say); no weights load."""
+    from transformers import AutoConfig
+
+    return AutoConfig.from_pretrained(resolve(ref).path, trust_remote_code=trust_remote_code)
+
+
+def load_causal_lm(ref: str, dtype: str = "float32", device: str = "cpu", trust_remote_code: bool = False):
+    """A private (unshared) causal LM in eval mode, for a caller that changes its module tree (training on a GPU)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    path = resolve(ref).path
+    return (
+        AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype), trust_remote_code=trust_remote_code)
+        .to(device)
+        .eval()
+    )
+
+
 def load_hf(ref: str, dtype: str = "float32", device: str = "cpu", trust_remote_code: bool = False) -> tuple[Any, Any]:
     """(model, tokenizer) of a causal LM in eval mode, shared per (weights, dtype, device); pad = eos if unset."""
 
     def build():
-        import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        path = resolve(ref).path
-        tok = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
-        model = (
-            AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype), trust_remote_code=trust_remote_code)
-            .to(device)
-            .eval()
-        )
+        tok = load_tokenizer(ref, trust_remote_code)
+        model = load_causal_lm(ref, dtype, device, trust_remote_code)
         if tok.pad_token is None:
             tok.pad_token = tok.eos_token
         return model, tok

@@ -133,16 +133,23 @@ class ServerClient:
 
     def chat(self, messages: Messages, max_new_tokens: int) -> dict[str, Any]:
         """One greedy completion of a chat prompt, as the call cache stores it."""
-        body = {"model": self.model, "messages": list(messages), "temperature": 0, "max_tokens": int(max_new_tokens),
-                **self.extra_body}
+        body = {
+            "model": self.model,
+            "messages": list(messages),
+            "temperature": 0,
+            "max_tokens": int(max_new_tokens),
+            **self.extra_body,
+        }
         url = f"{self.base_url}/chat/completions"
         out = self.post(url, body)
         try:
             choice, usage = out["choices"][0], out.get("usage") or {}
-            return {"text": (choice["message"].get("content") or "").strip(),
-                    "prompt_tokens": int(usage.get("prompt_tokens") or 0),
-                    "completion_tokens": int(usage.get("completion_tokens") or 0),
-                    "finish_reason": choice.get("finish_reason")}
+            return {
+                "text": (choice["message"].get("content") or "").strip(),
+                "prompt_tokens": int(usage.get("prompt_tokens") or 0),
+                "completion_tokens": int(usage.get("completion_tokens") or 0),
+                "finish_reason": choice.get("finish_reason"),
+            }
         except (KeyError, IndexError, TypeError, AttributeError):
             raise ServerError(f"{url}: not a chat completion: {_one_line(json.dumps(out))}") from None
 
@@ -160,10 +167,20 @@ class ServerClient:
     def complete(self, prompts: Sequence[Messages], max_new_tokens: int) -> list[Reply]:
         """Greedy completions of chat prompts, in input order, through the call cache."""
         settings = {"max_new_tokens": int(max_new_tokens), "temperature": 0, "extra_body": self.extra_body}
-        rows = cached_calls(self.namespace, "chat", [list(p) for p in prompts], settings,
-                            lambda ps: self._parallel(ps, max_new_tokens))
-        return [Reply(r.value["text"], r.value["prompt_tokens"], r.value["completion_tokens"],
-                      r.value["finish_reason"], r.seconds, r.replayed) for r in rows]
+        rows = cached_calls(
+            self.namespace, "chat", [list(p) for p in prompts], settings, lambda ps: self._parallel(ps, max_new_tokens)
+        )
+        return [
+            Reply(
+                r.value["text"],
+                r.value["prompt_tokens"],
+                r.value["completion_tokens"],
+                r.value["finish_reason"],
+                r.seconds,
+                r.replayed,
+            )
+            for r in rows
+        ]
 
     def tokenize(self, text: str) -> list[int]:
         """Token ids of ``text`` without special tokens, from vLLM's ``/tokenize`` (at the server's root)."""
@@ -173,6 +190,13 @@ class ServerClient:
 
     def describe(self) -> dict[str, Any]:
         """Where and how calls go (the key's variable name, never its value)."""
-        return {"base_url": self.base_url, "model": self.model, "api_key_env": self.api_key_env,
-                "timeout_s": self.timeout_s, "retries": self.retries, "backoff_s": self.backoff_s,
-                "concurrency": self.concurrency, "extra_body": self.extra_body}
+        return {
+            "base_url": self.base_url,
+            "model": self.model,
+            "api_key_env": self.api_key_env,
+            "timeout_s": self.timeout_s,
+            "retries": self.retries,
+            "backoff_s": self.backoff_s,
+            "concurrency": self.concurrency,
+            "extra_body": self.extra_body,
+        }

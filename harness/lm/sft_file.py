@@ -41,8 +41,9 @@ def _digest(name: str, base: str, train: Sequence[SFTExample], val: Sequence[SFT
     return h.hexdigest()
 
 
-def export_examples(path: Path, name: str, base: str, train: Sequence[SFTExample], val: Sequence[SFTExample],
-                    settings: dict[str, Any]) -> Path:
+def export_examples(
+    path: Path, name: str, base: str, train: Sequence[SFTExample], val: Sequence[SFTExample], settings: dict[str, Any]
+) -> Path:
     """Write one stage's examples and settings (the file this module trains from); returns the path."""
     path.parent.mkdir(parents=True, exist_ok=True)
     doc = {
@@ -66,16 +67,18 @@ def read_report(out: Path, train: Sequence[SFTExample], val: Sequence[SFTExample
     report = json.loads((root / "report.json").read_text())
     want = _digest(report["stage"], report["base"], train, val)
     if report["export_digest"] != want:
-        raise ValueError(f"{root} was trained on other examples than this run builds (digest "
-                         f"{report['export_digest'][:12]} != {want[:12]}): export and train again")
+        raise ValueError(
+            f"{root} was trained on other examples than this run builds (digest "
+            f"{report['export_digest'][:12]} != {want[:12]}): export and train again"
+        )
     if adapter != root / "adapter":
         report = {**report, "snapshot": adapter.name, "selected_step": int(adapter.name.removeprefix("step"))}
     return report, adapter
 
 
 def load_base(base: str, device: str):
-    """A causal LM from a ``.gguf`` file (de-quantised to fp32, as ``harness.models`` does), a local folder or a
-    model reference of ``harness.models``."""
+    """A causal LM from a ``.gguf`` file (de-quantised to fp32, as ``harness.lm.models`` does), a local folder or a
+    model reference of ``harness.lm.models``."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -84,7 +87,7 @@ def load_base(base: str, device: str):
         model = AutoModelForCausalLM.from_pretrained(str(p.parent), gguf_file=p.name, dtype=torch.float32)
     else:
         if not p.is_dir():
-            from harness.models import resolve
+            from harness.lm.models import resolve
 
             p = Path(resolve(base).path)
         model = AutoModelForCausalLM.from_pretrained(str(p), dtype=torch.float32)
@@ -98,8 +101,10 @@ def seconds_per_example(base, train: Sequence[SFTExample], settings: dict, micro
 
     from harness.lm.lora import _chunks, _losses, lora_config, resolve_compute_dtype, weight_sharing_copy
 
-    model = get_peft_model(weight_sharing_copy(base), lora_config(settings["r"], settings["alpha"],
-                                                                  settings["dropout"], settings["target_modules"]))
+    model = get_peft_model(
+        weight_sharing_copy(base),
+        lora_config(settings["r"], settings["alpha"], settings["dropout"], settings["target_modules"]),
+    )
     model.train()
     sample = [train[i % len(train)] for i in range(n + micro_batch)]
     dtype = resolve_compute_dtype(settings.get("compute_dtype"))
@@ -115,11 +120,7 @@ def seconds_per_example(base, train: Sequence[SFTExample], settings: dict, micro
     return (time.perf_counter() - t) / n
 
 
-def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    import torch
-
-    from harness.lm.lora import save_adapter, train_lora
-
+def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("export", help="the .sft.json.gz a training script wrote with export_sft")
     ap.add_argument("out")
@@ -132,7 +133,31 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--time-budget-s", type=float, help="lower the epochs so training fits this many seconds")
     ap.add_argument("--micro-batch", type=int, default=1, help="examples per padded forward pass (GPU: 4-8)")
     ap.add_argument("--progress", action="store_true")
-    a = ap.parse_args(argv)
+    return ap.parse_args(argv)
+
+
+def _fit_budget(base, train: Sequence[SFTExample], run: dict[str, Any], overrides: dict[str, Any], a) -> dict | None:
+    """``--time-budget-s``: the epochs lowered (in ``run`` and ``overrides``) to what fits the budget, timed on
+    this machine; the timing, or None without a budget."""
+    if not a.time_budget_s:
+        return None
+    spe = seconds_per_example(base, train, run, a.micro_batch)
+    x = a.time_budget_s / (spe * len(train) * 1.1)  # 10% for validation passes
+    fits = float(math.floor(x)) if x >= 1 else max(0.1, math.floor(10 * x) / 10)  # whole epochs, else tenths
+    if fits < run["epochs"]:
+        run["epochs"] = overrides["epochs"] = float(fits)
+    return {"seconds_per_example": round(spe, 4), "budget_s": a.time_budget_s, "epochs_fit": fits}
+
+
+SHOWN = ("epochs", "optimizer_steps", "val_loss_before", "val_loss_after", "selected_step", "wall_s", "timing")
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    import torch
+
+    from harness.lm.lora import save_adapter, train_lora
+
+    a = _arguments(argv)
     t0 = time.perf_counter()
     with gzip.open(a.export, "rt") as f:
         doc = json.load(f)
@@ -152,14 +177,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     steps_per_epoch = math.ceil(len(train) / int(run["grad_accum"]))
     if a.eval_every_epoch:
         run["eval_every"] = overrides["eval_every"] = steps_per_epoch
-    timing = None
-    if a.time_budget_s:
-        spe = seconds_per_example(base, train, run, a.micro_batch)
-        x = a.time_budget_s / (spe * len(train) * 1.1)  # 10% for validation passes
-        fits = float(math.floor(x)) if x >= 1 else max(0.1, math.floor(10 * x) / 10)  # whole epochs, else tenths
-        timing = {"seconds_per_example": round(spe, 4), "budget_s": a.time_budget_s, "epochs_fit": fits}
-        if fits < run["epochs"]:
-            run["epochs"] = overrides["epochs"] = float(fits)
+    timing = _fit_budget(base, train, run, overrides, a)
     out = Path(a.out)
     kept: list[int] = []
 
@@ -168,23 +186,44 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         kept.append(step)
 
     model, report = train_lora(
-        base, train, val, r=run["r"], alpha=run["alpha"], dropout=run["dropout"],
-        target_modules=run["target_modules"], lr=run["lr"], epochs=run["epochs"], grad_accum=run["grad_accum"],
-        warmup_ratio=run["warmup_ratio"], seed=run["seed"], loss_norm=run["loss_norm"],
-        eval_every=run["eval_every"], select_best=run["select_best"] and bool(run["eval_every"]),
-        compute_dtype=run["compute_dtype"], progress=a.progress, micro_batch=a.micro_batch,
-        snapshot_every=a.snapshot_epochs * steps_per_epoch, on_snapshot=snapshot if a.snapshot_epochs else None,
+        base,
+        train,
+        val,
+        r=run["r"],
+        alpha=run["alpha"],
+        dropout=run["dropout"],
+        target_modules=run["target_modules"],
+        lr=run["lr"],
+        epochs=run["epochs"],
+        grad_accum=run["grad_accum"],
+        warmup_ratio=run["warmup_ratio"],
+        seed=run["seed"],
+        loss_norm=run["loss_norm"],
+        eval_every=run["eval_every"],
+        select_best=run["select_best"] and bool(run["eval_every"]),
+        compute_dtype=run["compute_dtype"],
+        progress=a.progress,
+        micro_batch=a.micro_batch,
+        snapshot_every=a.snapshot_epochs * steps_per_epoch,
+        on_snapshot=snapshot if a.snapshot_epochs else None,
     )
     save_adapter(model, out / "adapter", doc["base"])
     report.update(
-        stage=doc["stage"], base=doc["base"], export_digest=doc["digest"], overrides=overrides, timing=timing,
-        snapshots=kept, trained_on={"device": device, "name": torch.cuda.get_device_name() if device == "cuda"
-                                    else "cpu", "torch": torch.__version__},
+        stage=doc["stage"],
+        base=doc["base"],
+        export_digest=doc["digest"],
+        overrides=overrides,
+        timing=timing,
+        snapshots=kept,
+        trained_on={
+            "device": device,
+            "name": torch.cuda.get_device_name() if device == "cuda" else "cpu",
+            "torch": torch.__version__,
+        },
         total_wall_s=round(time.perf_counter() - t0, 1),
     )
     (out / "report.json").write_text(json.dumps(report, indent=1))
-    print(json.dumps({k: report[k] for k in ("epochs", "optimizer_steps", "val_loss_before", "val_loss_after",
-                                             "selected_step", "wall_s", "timing", "snapshots")}, indent=1))
+    print(json.dumps({k: report[k] for k in (*SHOWN, "snapshots")}, indent=1))
     return report
 
 

@@ -86,7 +86,7 @@ def process_segments(roots: Sequence[int]) -> tuple[set[str], set[int]]:
         except psutil.Error:
             continue
         pids.add(proc.pid)
-        names |= {m.path[len("/dev/shm/"):] for m in maps if m.path.startswith("/dev/shm/")}
+        names |= {m.path[len("/dev/shm/") :] for m in maps if m.path.startswith("/dev/shm/")}
     return names, pids
 
 
@@ -94,8 +94,11 @@ def segments_left(names: set[str], pids: set[int]) -> list[str]:
     """What of ``process_segments``' findings is still in ``/dev/shm`` (the kinds in ``SEGMENTS`` only): the
     segments ``names`` and the loky semaphores of ``pids`` (they may come after the scan)."""
     shm = os.listdir("/dev/shm") if os.path.isdir("/dev/shm") else []
-    return [n for n in shm if n.startswith(tuple(SEGMENTS))
-            and (n in names or any(n.startswith(f"sem.loky-{pid}-") for pid in pids))]
+    return [
+        n
+        for n in shm
+        if n.startswith(tuple(SEGMENTS)) and (n in names or any(n.startswith(f"sem.loky-{pid}-") for pid in pids))
+    ]
 
 
 def remove_segments(names: set[str], pids: set[int], untrack: bool = True) -> None:
@@ -113,7 +116,7 @@ def remove_segments(names: set[str], pids: set[int], untrack: bool = True) -> No
             continue
         cut, rtype = SEGMENTS[kind]
         if untrack:
-            resource_tracker.unregister(f"/{name[len(cut):]}", rtype)
+            resource_tracker.unregister(f"/{name[len(cut) :]}", rtype)
 
 
 @contextmanager
@@ -265,13 +268,26 @@ class VLLMEngine:
             from vllm import LLM
 
             if self.in_process:
-                self.llm = _in_process_llm(LLM, self.threads, model=path, dtype=dtype,
-                                           max_model_len=max_model_len, seed=seed,
-                                           trust_remote_code=trust_remote_code, **kwargs)
+                self.llm = _in_process_llm(
+                    LLM,
+                    self.threads,
+                    model=path,
+                    dtype=dtype,
+                    max_model_len=max_model_len,
+                    seed=seed,
+                    trust_remote_code=trust_remote_code,
+                    **kwargs,
+                )
                 _IN_PROCESS.add(self)
             else:
-                self.llm = LLM(model=path, dtype=dtype, max_model_len=max_model_len, seed=seed,
-                               trust_remote_code=trust_remote_code, **kwargs)
+                self.llm = LLM(
+                    model=path,
+                    dtype=dtype,
+                    max_model_len=max_model_len,
+                    seed=seed,
+                    trust_remote_code=trust_remote_code,
+                    **kwargs,
+                )
 
     def close(self) -> None:
         """Stop the engine. In-process (a CPU's default) its core is shut down and its weights and KV cache freed
@@ -312,8 +328,7 @@ class VLLMEngine:
         from vllm import TokensPrompt
 
         with self._threads():
-            return self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], params,
-                                     use_tqdm=False)
+            return self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], params, use_tqdm=False)
 
     @contextmanager
     def _threads(self):
@@ -364,8 +379,9 @@ class VLLMEngine:
         """log p(tokens[i] | contexts[i]), one request per context (each reads the prefix cache)."""
         from vllm import SamplingParams
 
-        params = [SamplingParams(temperature=0.0, max_tokens=1, logprob_token_ids=[int(t)], detokenize=False)
-                  for t in tokens]
+        params = [
+            SamplingParams(temperature=0.0, max_tokens=1, logprob_token_ids=[int(t)], detokenize=False) for t in tokens
+        ]
         outs = self._run(contexts, params)
         return [o.outputs[0].logprobs[0][int(t)].logprob for o, t in zip(outs, tokens, strict=True)]
 

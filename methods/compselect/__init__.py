@@ -19,6 +19,11 @@ records the extracted, ranked and kept clues with their (passage, sentence) indi
 and the cascading-error flags of Table 6 (``meta["diagnostics"]``); ``Compressed.timings`` has ``extract``,
 ``rerank`` and ``truncate`` seconds.
 
+Layout: the pipeline is ``method.py`` (``CompSelect``, the ``conf/method`` target) with ``parsing.py``,
+``prompts.py``, ``reranker.py``, ``truncator.py`` (the thresholded keep-or-not decision) and ``cascade.py``
+(Table 6's diagnostics); training is ``train.py`` and its ``train_*.py`` helpers; ``artifacts/<profile>/`` holds
+the trained adapters, labels and manifest; ``README.md`` the measurements.
+
 Training (``python -m methods.compselect.train``, ``conf/train/compselect*.yaml``; ``train.py``) builds the
 targets from the data and the generator's own answers: answer sentences (+ KNN within cosine distance epsilon)
 for the extractor, SubEM-correct single clues for the reranker (MultipleNegativesRankingLoss), the smallest
@@ -39,15 +44,11 @@ Departures (each also noted where it happens):
 - Embedded profile: the extractor reads 1,024 prompt tokens at inference, as in its training (paper: trained
   at 4,096, run at 2,048; ``models.compselect.max_input_tokens``), and the truncator keeps nothing only when its
   first-token probability of the empty set reaches ``models.compselect.empty_threshold``, chosen on validation
-  labels (``truncator_decision.py``); the paper profile keeps the greedy output (``null``).
+  labels (``truncator.py``); the paper profile keeps the greedy output (``null``).
 - Embedded profile: extractor targets shorter than five sentences are padded with the shown sentences most
-  similar to the question (``extractor.pad_to``, ``labels.pad_target``): MiniLM's KNN expansion adds nothing,
+  similar to the question (``extractor.pad_to``, ``train_labels.pad_target``): MiniLM's KNN expansion adds nothing,
   and a 135M extractor trained on the one-sentence targets writes one clue (Recall-1 42% unpadded, 56% padded
   to three, 61.5% to five, on held-out labelling questions). The truncator labels fall back to the prefix
   under which the generator finds the gold answer most likely where no prefix makes it answer
   (``truncator.fallback``).
 """
-
-from methods.compselect.method import CompSelect
-
-__all__ = ["CompSelect"]

@@ -15,7 +15,7 @@ from harness.types import Compressed, Example, Unit
 from methods.compselect.cascade import cascade
 from methods.compselect.parsing import DEFAULT_THRESHOLD, Clue, map_clues, parse_truncation
 from methods.compselect.prompts import OUTPUTS, extractor_messages, truncator_messages
-from methods.compselect.truncator_decision import truncator_decision
+from methods.compselect.truncator import truncator_decision
 
 TRUNCATIONS = ("adaptive", "none", "random")
 
@@ -139,9 +139,15 @@ class CompSelect(Compressor):
                 raise FileNotFoundError(
                     f"LoRA adapter {name!r} not found at {path}: train it with `python -m methods.compselect.train`"
                 )
-            self.lms[name] = get_lm(self.lm_ref, engine=self.engine, dtype=self.dtype, adapter=path,
-                                    device=self.device, batch_size=self.lm_batch_size,
-                                    trust_remote_code=self.trust_remote_code)
+            self.lms[name] = get_lm(
+                self.lm_ref,
+                engine=self.engine,
+                dtype=self.dtype,
+                adapter=path,
+                device=self.device,
+                batch_size=self.lm_batch_size,
+                trust_remote_code=self.trust_remote_code,
+            )
         if self.reranker is not None and hasattr(self.reranker, "load"):
             self.reranker.load()
 
@@ -186,9 +192,14 @@ class CompSelect(Compressor):
         if self.truncation == "none":
             return [len(r) for r in ranked], [None] * len(ranked), none
         if self.truncation == "random":
-            return [
-                random.Random(f"{self.seed}:{e.id}").randint(0, len(r)) for e, r in zip(examples, ranked, strict=True)
-            ], [None] * len(ranked), none
+            return (
+                [
+                    random.Random(f"{self.seed}:{e.id}").randint(0, len(r))
+                    for e, r in zip(examples, ranked, strict=True)
+                ],
+                [None] * len(ranked),
+                none,
+            )
         assert self.lms, "bind() first"
         todo = [i for i, r in enumerate(ranked) if r]
         lists = [[c.text for c in ranked[i]] for i in todo]
@@ -200,8 +211,15 @@ class CompSelect(Compressor):
                 raw[i] = o
                 ks[i] = parse_truncation(o, texts, self.truncator_output, self.match_threshold)
             return ks, raw, p_empty
-        decisions = truncator_decision(self.lms["truncator"], prompts, lists, self.truncator_output,
-                                       self.empty_threshold, self.truncator_max_new_tokens, self.match_threshold)
+        decisions = truncator_decision(
+            self.lms["truncator"],
+            prompts,
+            lists,
+            self.truncator_output,
+            self.empty_threshold,
+            self.truncator_max_new_tokens,
+            self.match_threshold,
+        )
         for i, d in zip(todo, decisions, strict=True):
             ks[i], raw[i], p_empty[i] = d.k, d.output, d.p_empty
         return ks, raw, p_empty
@@ -311,6 +329,9 @@ class CompSelect(Compressor):
         }
         if self.lms:
             info["lm"] = self.lm.describe()
-            info["adapters"] = {k: {"path": v.info["adapter"], "sha256": v.info["adapter_sha256"]}
-                                for k, v in self.lms.items() if v.info["adapter"]}
+            info["adapters"] = {
+                k: {"path": v.info["adapter"], "sha256": v.info["adapter_sha256"]}
+                for k, v in self.lms.items()
+                if v.info["adapter"]
+            }
         return info

@@ -14,41 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from harness import resources
-from harness.models import resolve
-
-
-def load_sentence_model(ref: str, device: str = "cpu", max_seq_length: int | None = None):
-    """A private (unshared) sentence-transformers model: the folder as is, or a plain encoder + mean
-    pooling."""
-    from sentence_transformers import SentenceTransformer, models
-
-    path = resolve(ref).path
-    if (Path(path) / "modules.json").is_file() or not Path(path).exists():
-        st = SentenceTransformer(path, device=device)
-    else:
-        enc = models.Transformer(path)
-        st = SentenceTransformer(
-            modules=[
-                enc,
-                models.Pooling(
-                    (
-                        enc.get_embedding_dimension()
-                        if hasattr(enc, "get_embedding_dimension")
-                        else enc.get_word_embedding_dimension()
-                    ),
-                    "mean",
-                ),
-            ],
-            device=device,
-        )
-    if max_seq_length:
-        st.max_seq_length = max_seq_length
-    return st
-
-
-def is_lora_dir(path: str | Path) -> bool:
-    return (Path(path) / "adapter_config.json").is_file()
+from harness.lm.loading import adapter_digest, is_adapter_dir
+from harness.lm.models import resolve
 
 
 class ClueReranker:
@@ -67,25 +34,19 @@ class ClueReranker:
         self.model = None
 
     def load(self) -> None:
+        """The shared base encoder (``trained`` None) or the trained one, from the model layer."""
         if self.model is not None:
             return
-        key = ("compselect_reranker", self.base, self.trained, self.device, self.max_seq_length)
-        self.model = resources.shared(key, self._build)
+        from harness.lm.encoders import sentence_encoder, tuned_sentence_encoder
 
-    def _build(self):
         if self.trained is None:
-            return resources.sentence_encoder(self.base, self.device)
+            self.model = sentence_encoder(self.base, self.device)
+            return
         if not Path(self.trained).exists():
             raise FileNotFoundError(
                 f"trained reranker not found at {self.trained}: run `python -m methods.compselect.train`"
             )
-        if not is_lora_dir(self.trained):
-            return load_sentence_model(self.trained, self.device, self.max_seq_length)
-        from peft import PeftModel
-
-        st = load_sentence_model(self.base, self.device, self.max_seq_length)  # a private copy: merged below
-        st[0].auto_model = PeftModel.from_pretrained(st[0].auto_model, self.trained).merge_and_unload()
-        return st.eval()
+        self.model = tuned_sentence_encoder(self.base, self.trained, self.device, self.max_seq_length)
 
     def score(self, question: str, texts: Sequence[str]) -> list[float]:
         if not texts:
@@ -101,13 +62,11 @@ class ClueReranker:
         return [float(x) for x in emb[1:] @ emb[0]]
 
     def describe(self) -> dict[str, Any]:
-        from methods.compselect.lora_lm import adapter_digest
-
         info: dict[str, Any] = {"scorer": "sbert_cosine", "base": resolve(self.base).describe()}
         if self.trained:
             info["trained"] = {
                 "path": self.trained,
-                "lora": is_lora_dir(self.trained),
+                "lora": is_adapter_dir(self.trained),
                 "sha256": adapter_digest(self.trained),
             }
         return info

@@ -1,5 +1,5 @@
-"""EDC²-RAG: Efficient Dynamic Clustering-based document Compression (paper 004)."""
+"""EDC²-RAG: Efficient Dynamic Clustering-based document Compression (paper 004).
 
-from .method import EDC2
-
-__all__ = ["EDC2"]
+``method.py`` (``EDC2``, the ``conf/method/edc2.yaml`` target), ``cluster.py`` (dynamic clustering), ``llm.py`` (the
+extraction LLM: the model layer or an OpenAI-compatible server), ``prompts.py``. No training.
+"""

@@ -28,8 +28,9 @@ def _nearest(root: int, candidates: list[int], docs: np.ndarray, k: int) -> list
     return [root] + [others[j] for j in order[: max(k - 1, 0)]]
 
 
-def dynamic_clusters(query: np.ndarray, docs: np.ndarray, tau: int = 3, cap: int = 20,
-                     variant: str = "paper") -> list[list[int]]:
+def dynamic_clusters(
+    query: np.ndarray, docs: np.ndarray, tau: int = 3, cap: int = 20, variant: str = "paper"
+) -> list[list[int]]:
     """Indices of ``docs`` grouped into clusters, in the order the algorithm builds them."""
     if variant not in VARIANTS:
         raise ValueError(f"variant={variant!r}; valid: {', '.join(VARIANTS)}")

@@ -18,8 +18,15 @@ class LocalLLM:
     """The compressor LLM in this process, through the model layer (``harness.lm``: vLLM by default, one chat
     turn per prompt, greedy, the call cache)."""
 
-    def __init__(self, model: str, engine: str = "vllm", dtype: str = "auto", max_new_tokens: int = 256,
-                 batch_size: int = 8, trust_remote_code: bool = False) -> None:
+    def __init__(
+        self,
+        model: str,
+        engine: str = "vllm",
+        dtype: str = "auto",
+        max_new_tokens: int = 256,
+        batch_size: int = 8,
+        trust_remote_code: bool = False,
+    ) -> None:
         self.model_ref, self.engine, self.dtype = model, engine, dtype
         self.max_new_tokens, self.batch_size = max_new_tokens, batch_size
         self.trust_remote_code = trust_remote_code
@@ -32,8 +39,13 @@ class LocalLLM:
     def load(self) -> None:
         from harness.lm import get_lm
 
-        self.lm = get_lm(self.model_ref, engine=self.engine, dtype=self.dtype, batch_size=self.batch_size,
-                         trust_remote_code=self.trust_remote_code)
+        self.lm = get_lm(
+            self.model_ref,
+            engine=self.engine,
+            dtype=self.dtype,
+            batch_size=self.batch_size,
+            trust_remote_code=self.trust_remote_code,
+        )
 
     def complete(self, prompts: Sequence[str]) -> list[str]:
         if self.lm is None:
@@ -42,11 +54,15 @@ class LocalLLM:
         return [o.text for o in outs]
 
     def describe(self) -> dict[str, Any]:
-        from harness.models import resolve
+        from harness.lm.models import resolve
 
-        return {"backend": self.backend, "model": resolve(self.model_ref).describe(),
-                "lm": self.lm.describe() if self.lm else None, "max_new_tokens": self.max_new_tokens,
-                "greedy": True}
+        return {
+            "backend": self.backend,
+            "model": resolve(self.model_ref).describe(),
+            "lm": self.lm.describe() if self.lm else None,
+            "max_new_tokens": self.max_new_tokens,
+            "greedy": True,
+        }
 
 
 class ServerLLM:
@@ -56,9 +72,17 @@ class ServerLLM:
 
     backend = "openai_server"
 
-    def __init__(self, model: str, base_url: str = "https://api.openai.com/v1",
-                 api_key_env: str | None = "OPENAI_API_KEY", max_new_tokens: int = 512, concurrency: int = 8,
-                 timeout_s: float = 120.0, retries: int = 5, backoff_s: float = 1.0) -> None:
+    def __init__(
+        self,
+        model: str,
+        base_url: str = "https://api.openai.com/v1",
+        api_key_env: str | None = "OPENAI_API_KEY",
+        max_new_tokens: int = 512,
+        concurrency: int = 8,
+        timeout_s: float = 120.0,
+        retries: int = 5,
+        backoff_s: float = 1.0,
+    ) -> None:
         from harness.lm.server import ServerClient
 
         self.client = ServerClient(base_url, model, api_key_env, timeout_s, retries, backoff_s, concurrency)
@@ -72,5 +96,9 @@ class ServerLLM:
         return [r.text for r in replies]
 
     def describe(self) -> dict[str, Any]:
-        return {"backend": self.backend, **self.client.describe(), "max_new_tokens": self.max_new_tokens,
-                "greedy": True}
+        return {
+            "backend": self.backend,
+            **self.client.describe(),
+            "max_new_tokens": self.max_new_tokens,
+            "greedy": True,
+        }

@@ -54,9 +54,9 @@ class EDC2(Compressor):
 
     def bind(self, env: MethodEnv) -> None:
         super().bind(env)
-        from harness import resources
+        from harness.lm.encoders import sentence_encoder
 
-        self._encoder = resources.sentence_encoder(self.encoder_ref)
+        self._encoder = sentence_encoder(self.encoder_ref)
         self.llm.load()
 
     def clusters(self, example: Example) -> list[list[int]]:
@@ -65,8 +65,9 @@ class EDC2(Compressor):
         if not example.passages:
             return []
         texts = [passage_text(p) for p in example.passages]
-        vecs = np.asarray(self._encoder.encode([example.question, *texts], normalize_embeddings=True,
-                                               show_progress_bar=False))
+        vecs = np.asarray(
+            self._encoder.encode([example.question, *texts], normalize_embeddings=True, show_progress_bar=False)
+        )
         return dynamic_clusters(vecs[0], vecs[1:], self.tau, self.cap, self.variant)
 
     def compress(self, example: Example) -> Compressed:
@@ -80,7 +81,8 @@ class EDC2(Compressor):
         t1 = time.perf_counter()
         prompts = [
             compress_prompt(ex.question, [passage_text(ex.passages[i]) for i in cl], self.few_shot)
-            for ex, cls in zip(examples, groups, strict=True) for cl in cls
+            for ex, cls in zip(examples, groups, strict=True)
+            for cl in cls
         ]
         summaries = self.llm.complete(prompts) if prompts else []
         t2 = time.perf_counter()
@@ -91,21 +93,39 @@ class EDC2(Compressor):
             k += len(cls)
             kept = [keep_summary(s, self.drop_question_marks) for s in mine]
             fallback = not any(kept)
-            docs = ([p.render() for p in ex.passages] if fallback
-                    else [s for s, ok in zip(mine, kept, strict=True) if ok])
-            out.append(Compressed(
-                documents=docs,
-                units=[Unit(i) for i in range(len(ex.passages))] if fallback else None,
-                timings={"cluster": (t1 - t0) / n, "summarize": (t2 - t1) / n},
-                meta={"clusters": cls, "summaries": mine, "kept": kept, "llm_calls": len(cls),
-                      "fallback": fallback,
-                      # averaged by the run's summary: LLM calls per question, share of raw-passage fallbacks
-                      "diagnostics": {"llm_calls": len(cls), "fallback": float(fallback),
-                                      "summaries_kept": sum(kept)}},
-            ))
+            docs = (
+                [p.render() for p in ex.passages] if fallback else [s for s, ok in zip(mine, kept, strict=True) if ok]
+            )
+            out.append(
+                Compressed(
+                    documents=docs,
+                    units=[Unit(i) for i in range(len(ex.passages))] if fallback else None,
+                    timings={"cluster": (t1 - t0) / n, "summarize": (t2 - t1) / n},
+                    meta={
+                        "clusters": cls,
+                        "summaries": mine,
+                        "kept": kept,
+                        "llm_calls": len(cls),
+                        "fallback": fallback,
+                        # averaged by the run's summary: LLM calls per question, share of raw-passage fallbacks
+                        "diagnostics": {
+                            "llm_calls": len(cls),
+                            "fallback": float(fallback),
+                            "summaries_kept": sum(kept),
+                        },
+                    },
+                )
+            )
         return out
 
     def describe(self) -> dict[str, Any]:
-        return {"name": self.name, "tau": self.tau, "cap": self.cap, "variant": self.variant,
-                "few_shot": len(self.few_shot), "drop_question_marks": self.drop_question_marks,
-                "encoder": self.encoder_ref, "llm": self.llm.describe()}
+        return {
+            "name": self.name,
+            "tau": self.tau,
+            "cap": self.cap,
+            "variant": self.variant,
+            "few_shot": len(self.few_shot),
+            "drop_question_marks": self.drop_question_marks,
+            "encoder": self.encoder_ref,
+            "llm": self.llm.describe(),
+        }

@@ -29,8 +29,14 @@ COMPRESS = (
 )
 
 DROP_MARKERS = (
-    "No content to", "no content to", "I'm sorry", "I am sorry", "I can not provide", "I can't provide",
-    "Could you clarify", "Sorry, I",
+    "No content to",
+    "no content to",
+    "I'm sorry",
+    "I am sorry",
+    "I can not provide",
+    "I can't provide",
+    "Could you clarify",
+    "Sorry, I",
 )
 
 

@@ -1,0 +1,152 @@
+"""The process's language models: ``get_lm`` builds one ``LM`` per (weights, adapter, engine, dtype) and hands
+the same instance to every caller; ``live``, ``release`` and ``forget_prefixes`` act on those alive.
+
+Engines: ``vllm`` (``harness.lm.vllm_engine``) and ``transformers`` (``harness.lm.hf_engine``); ``dtype: auto``
+picks bf16 only where the hardware runs it natively (``harness.lm.hardware``). A LoRA ``adapter`` is merged into
+derived weights first (``harness.lm.loading.merged_folder``).
+"""
+
+from __future__ import annotations
+
+import atexit
+from collections.abc import Callable
+from typing import Any
+
+from harness import resources
+from harness.lm import hardware
+from harness.lm.model import LM
+
+ENGINES = ("vllm", "transformers")
+
+
+def live() -> list[LM]:
+    """The LMs alive in this process."""
+    return [obj for key in resources.loaded() if key[0] == "lm" and isinstance(obj := resources.get(key), LM)]
+
+
+def forget_prefixes() -> None:
+    """Empty every live engine's prefix cache, so that the next call computes its prompt from scratch (batch-1
+    latency of an unseen question); the call cache is another switch (``cache.bypassed``)."""
+    for lm in live():
+        if lm.started:
+            lm.engine.reset_prefix_cache()
+
+
+def release(which: Callable[[LM], bool] = lambda lm: True) -> int:
+    """Close and forget the process's LMs for which ``which(lm)`` holds (e.g. merged-adapter engines no longer
+    needed: each vLLM engine holds its weights and KV cache); returns how many were closed."""
+    gone = resources.drop(lambda key, obj: not (key[0] == "lm" and isinstance(obj, LM) and which(obj)))
+    for lm in gone:
+        if lm.started:
+            lm.engine.close()
+    return len(gone)
+
+
+_EXIT_HOOK: list[bool] = []
+
+
+def _release_at_exit() -> None:
+    """Close the process's LMs when it exits (once registered): an engine left to vLLM's own exit hook waits its
+    5-s grace (``VLLMEngine.close``). Registered after the engine is built, so it runs before vLLM's hooks."""
+    if not _EXIT_HOOK:
+        atexit.register(release)
+        _EXIT_HOOK.append(True)
+
+
+def _build(
+    ref: str,
+    engine: str,
+    dtype: str,
+    adapter: str | None,
+    device: str,
+    threads: int | None,
+    max_model_len: int | None,
+    batch_size: int,
+    trust_remote_code: bool,
+    engine_kwargs: dict[str, Any],
+    lazy: bool,
+) -> LM:
+    from harness.lm.loading import adapter_digest, load_hf, merged_folder, weights_digest
+    from harness.lm.models import resolve
+
+    path = merged_folder(ref, adapter, trust_remote_code) if adapter else resolve(ref).path
+    info: dict[str, Any] = {
+        "engine": engine,
+        "dtype": dtype,
+        "weights_sha256": weights_digest(ref),
+        "hardware": hardware.describe(),
+        "adapter": adapter,
+        "adapter_sha256": adapter_digest(resolve(adapter).path) if adapter else None,
+    }
+    if engine == "vllm":
+        from harness.lm.vllm_engine import VLLMEngine, engine_settings
+
+        def start() -> VLLMEngine:
+            eng = VLLMEngine(
+                path, dtype, max_model_len, threads, trust_remote_code=trust_remote_code, engine_kwargs=engine_kwargs
+            )
+            info["engine_settings"] = eng.settings  # what the engine was started with
+            _release_at_exit()
+            return eng
+
+        info["engine_settings"] = engine_settings(dtype, max_model_len, threads, engine_kwargs)[0]  # until then
+        if lazy:
+            from transformers import AutoTokenizer
+
+            return LM(ref, None, AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code), info, start)
+        eng = start()
+        tok = eng.llm.get_tokenizer()
+    else:
+        import torch
+
+        from harness.lm.hf_engine import TransformersEngine
+
+        torch.set_num_threads(hardware.thread_count(threads))
+        model, tok = load_hf(path, dtype, device, trust_remote_code)
+        eng = TransformersEngine(model, tok, batch_size)
+        info["engine_settings"] = {"threads": torch.get_num_threads(), "device": device, "batch_size": batch_size}
+    return LM(ref, eng, tok, info)
+
+
+def get_lm(
+    ref: str,
+    engine: str = "vllm",
+    dtype: str = "auto",
+    adapter: str | None = None,
+    device: str = "auto",
+    threads: int | None = None,
+    max_model_len: int | None = None,
+    batch_size: int = 8,
+    trust_remote_code: bool = False,
+    engine_kwargs: dict[str, Any] | None = None,
+    lazy: bool = False,
+) -> LM:
+    """The process-wide ``LM`` of (weights, adapter, engine, dtype); built on first use. ``lazy`` (vLLM): the
+    tokenizer now, the engine (~4-15 s to start on 2 cores) only when a call first misses the call cache, so a
+    re-run whose calls all replay never starts it (training re-runs; not for timed runs, whose load belongs
+    before the first batch)."""
+    if engine not in ENGINES:
+        raise ValueError(f"engine={engine!r}; valid: {', '.join(ENGINES)}")
+    dtype = hardware.pick_dtype(dtype)
+    if device == "auto":
+        device = "cuda" if hardware.has_cuda() else "cpu"
+    key = ("lm", ref, adapter, engine, dtype, device)
+    lm = resources.shared(
+        key,
+        lambda: _build(
+            ref,
+            engine,
+            dtype,
+            adapter,
+            device,
+            threads,
+            max_model_len,
+            batch_size,
+            trust_remote_code,
+            dict(engine_kwargs or {}),
+            lazy,
+        ),
+    )
+    if not lazy:  # a lazy LM of the same key, asked for eagerly now: its engine starts here, not in a timed call
+        lm._ready()
+    return lm

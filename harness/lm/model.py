@@ -1,0 +1,150 @@
+"""One language model of the model layer: a tokenizer, an engine and the persistent call cache.
+
+An ``LM`` tokenises (chat template or raw text) and runs four batched operations through its engine, each through
+the call cache (``harness.lm.cache``):
+
+- ``generate``: greedy completions;
+- ``token_logprobs``: log-probabilities of given tokens as the next token (classifier prompts, e.g. Yes/No);
+- ``prompt_logprobs``: log p(token | prefix) of every token from a start position (self-information);
+- ``answer_nll``: mean NLL per token of an answer (followed by end-of-turn) after a prompt.
+
+``harness.lm.instances.get_lm`` builds them, one per (weights, adapter, engine, dtype) per process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from harness.lm.cache import Cached, cached_calls
+from harness.protocols import Messages
+
+
+@dataclass
+class Completion:
+    """One greedy completion: decoded text, its token ids (stop token excluded), whether it hit the token cap,
+    the seconds it cost when computed, and whether it was replayed from the cache."""
+
+    text: str
+    token_ids: list[int]
+    hit_limit: bool
+    seconds: float = 0.0
+    replayed: bool = False
+
+
+class LM:
+    """A tokenizer plus an engine plus the call cache; see the module docstring. ``engine`` may be None with a
+    ``start`` function that builds it when a call first misses the cache (``get_lm(lazy=True)``)."""
+
+    def __init__(
+        self, ref: str, engine: Any, tokenizer: Any, info: dict[str, Any], start: Callable[[], Any] | None = None
+    ) -> None:
+        self.ref, self._engine, self._start, self.tokenizer, self.info = ref, engine, start, tokenizer, info
+        # hub ids have no local digest: the id (and its revision, if pinned in it) keys their calls instead
+        weights = info["weights_sha256"] or f"ref:{ref}"
+        adapter = info.get("adapter_sha256") or (f"ref:{info['adapter']}" if info.get("adapter") else None)
+        self.namespace = f"{weights}|{adapter}|{info['engine']}|{info['dtype']}"
+        eos = tokenizer.eos_token_id
+        self.stop_ids = [eos] if eos is not None else []
+
+    @property
+    def engine(self) -> Any:
+        """The engine, started here if it was left for the first computed call."""
+        self._ready()
+        return self._engine
+
+    @property
+    def started(self) -> bool:
+        return self._engine is not None
+
+    def _ready(self) -> None:
+        """Start a lazy engine (``cached_calls`` does so before it times a computed call)."""
+        if self._engine is None:
+            assert self._start is not None
+            self._engine = self._start()
+
+    # ------------------------------------------------------------------ tokens
+    def encode_chat(self, messages: Messages, **template_kwargs: Any) -> list[int]:
+        """Token ids of ``messages`` through the chat template, ready for the assistant turn."""
+        enc = self.tokenizer.apply_chat_template(
+            messages, add_generation_prompt=True, tokenize=True, return_dict=True, **template_kwargs
+        )
+        return list(enc["input_ids"])
+
+    def encode(self, text: str, special: bool = True) -> list[int]:
+        """Token ids of raw text (with the tokenizer's special tokens, e.g. BOS, when ``special``)."""
+        return list(self.tokenizer(text, add_special_tokens=special)["input_ids"])
+
+    def count(self, text: str) -> int:
+        return len(self.encode(text, special=False)) if text else 0
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=True)
+
+    def _ids(self, prompt: list[int] | Messages) -> list[int]:
+        if prompt and isinstance(prompt[0], dict):
+            return self.encode_chat(prompt)  # type: ignore[arg-type]
+        return [int(t) for t in prompt]  # type: ignore[union-attr]
+
+    # ------------------------------------------------------------------ operations
+    def generate(
+        self, prompts: Sequence[list[int] | Messages], max_new_tokens: int, stop_ids: Sequence[int] | None = None
+    ) -> list[Completion]:
+        """Greedy completions of token-id or chat prompts, in input order."""
+        ids = [self._ids(p) for p in prompts]
+        stops = list(stop_ids) if stop_ids is not None else self.stop_ids
+        settings = {"max_new_tokens": int(max_new_tokens), "stop": stops, "greedy": True}
+        rows = cached_calls(
+            self.namespace,
+            "generate",
+            ids,
+            settings,
+            lambda ps: [list(x) for x in self.engine.generate(ps, max_new_tokens, stops)],
+            prepare=self._ready,
+        )
+        return [
+            Completion(self.decode(r.value[0]).strip(), list(r.value[0]), bool(r.value[1]), r.seconds, r.replayed)
+            for r in rows
+        ]
+
+    def token_logprobs(self, prompts: Sequence[list[int] | Messages], token_ids: Sequence[int]) -> list[Cached]:
+        """Next-token log-probabilities of ``token_ids`` after each prompt (``.value``: one float per id)."""
+        ids = [self._ids(p) for p in prompts]
+        return cached_calls(
+            self.namespace,
+            "token_logprobs",
+            ids,
+            {"tokens": list(token_ids)},
+            lambda ps: self.engine.token_logprobs(ps, list(token_ids)),
+            prepare=self._ready,
+        )
+
+    def prompt_logprobs(self, prompts: Sequence[list[int]], start: Sequence[int] | int = 0) -> list[Cached]:
+        """log p(token j | tokens < j) for j = start + 1 .. len - 1 (``.value``: a list of floats)."""
+        starts = [start] * len(prompts) if isinstance(start, int) else list(start)
+        items = [[list(p), int(s)] for p, s in zip(prompts, starts, strict=True)]
+        return cached_calls(
+            self.namespace,
+            "prompt_logprobs",
+            items,
+            {},
+            lambda its: self.engine.prompt_logprobs([i[0] for i in its], [i[1] for i in its]),
+            prepare=self._ready,
+        )
+
+    def answer_ids(self, answer: str) -> list[int]:
+        """An answer's tokens followed by end-of-turn, as the generator would emit it."""
+        return self.encode(answer, special=False) + self.stop_ids[:1]
+
+    def answer_nll(self, prompts: Sequence[list[int] | Messages], answers: Sequence[str]) -> list[float]:
+        """Mean NLL per token of each answer (and its end-of-turn) teacher-forced after its prompt."""
+        seqs, starts = [], []
+        for p, a in zip(prompts, answers, strict=True):
+            head = self._ids(p)
+            seqs.append(head + self.answer_ids(a))
+            starts.append(len(head) - 1)
+        return [-sum(r.value) / len(r.value) for r in self.prompt_logprobs(seqs, starts)]
+
+    def describe(self) -> dict[str, Any]:
+        return {"ref": self.ref, **self.info}

@@ -1,0 +1,65 @@
+"""Moving a method's code or its trained artifacts keeps the keys of the runs made before the move
+(``harness/renames.py``): the published runs of every moved method are keyed exactly as this checkout composes
+them, up to where the checkout and the data sit on this machine."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from harness.config import compose_config
+from harness.provenance import REPO_ROOT
+from harness.records import config_key
+from harness.renames import as_keyed
+from harness.runner import key_config
+from tests.conftest import REPO
+
+RUNS = REPO / "leaderboard" / "runs" / "embedded" / "smollm2-135m-instruct-vllm" / "nq"
+SHUFFLED = "dataset.sample=shuffled,dataset.seed=0"
+MOVED = (
+    "exit",
+    "compselect",
+    "compselect_direct",
+    "compselect_no_extractor",
+    "compselect_no_reranker",
+    "compselect_no_truncator",
+    "compselect_random_truncation",
+    "finefilter",
+    "csm",
+    "csm_e2e",
+    "csm_sentences",
+    "ci_oracle",
+    "ci_oracle_sentences",
+    "edc2",
+)
+
+
+@pytest.mark.parametrize("variant", MOVED)
+def test_a_published_run_of_a_moved_method_keeps_its_key(variant):
+    run = json.loads((RUNS / variant / SHUFFLED / "run.json").read_text())
+    published = run["config"]
+    overrides = [f"method={variant}", "dataset=nq", "dataset.sample=shuffled", "dataset.seed=0"]
+    here = key_config(compose_config("config", [*overrides, "generator=smollm2_vllm"], profile_env=False))
+    # the folders the published run was made in: the checkout (its CompSelect artifacts) and the data
+    repo_then = published["models"]["compselect"]["artifacts"].removesuffix("/methods/compselect/artifacts/embedded")
+    data_then = published["dataset"]["path"].removesuffix("/nq/test.jsonl.gz")
+    data_now = here["dataset"]["path"].removesuffix("/nq/test.jsonl.gz")
+    text = json.dumps(here).replace(data_now, data_then).replace(str(REPO_ROOT), repo_then)
+    assert config_key(json.loads(text)) == run["key"], variant
+
+
+def test_only_the_moved_names_are_mapped_back():
+    root = str(REPO_ROOT)
+    node = {
+        "_target_": "methods.csm.method.CSMSelect",
+        "weights": f"{root}/methods/csm/artifacts/embedded/csm_st_passage_nq",
+        "models": {"exit": {"adapter": f"{root}/methods/exit/artifacts/embedded/classifier"}},
+        "others": ["methods.rerank.RerankSelect", f"{root}/methods/exit/artifacts_extra", 3, None],
+    }
+    assert as_keyed(node) == {
+        "_target_": "methods.ci_value.CSMSelect",
+        "weights": f"{root}/methods/ci_value/artifacts/embedded/csm_st_passage_nq",
+        "models": {"exit": {"adapter": f"{root}/methods/exit_artifacts/embedded/classifier"}},
+        "others": ["methods.rerank.RerankSelect", f"{root}/methods/exit/artifacts_extra", 3, None],
+    }
