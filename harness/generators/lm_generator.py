@@ -37,6 +37,7 @@ class LMGenerator:
         chat_template_kwargs: dict[str, Any] | None = None,
         engine_kwargs: dict[str, Any] | None = None,
         device: str = "auto",
+        speculative: dict[str, Any] | None = None,
     ) -> None:
         from harness.lm import get_lm
 
@@ -53,6 +54,7 @@ class LMGenerator:
             batch_size=batch_size,
             trust_remote_code=trust_remote_code,
             engine_kwargs=engine_kwargs,
+            speculative=speculative,
         )
         self.backend, self.dtype = engine, self.lm.info["dtype"]
         self.tokenizer = self.lm.tokenizer
