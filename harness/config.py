@@ -56,13 +56,17 @@ def register_resolvers() -> None:
 
 
 def apply_profile_env(cfg) -> None:
-    """Process environment a profile asks for: an offline profile never touches the hub (the paper profile may)."""
+    """Process environment a profile asks for: an offline profile never touches the hub (the paper profile may);
+    the speculative decoding of every LM a method starts (``models.speculative``, ``harness.lm.speculative``)."""
     import os
 
     if cfg.profile.offline:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    from harness.lm import speculative
+
+    speculative.configure((cfg.get("models") or {}).get("speculative"))
 
 
 def compose_config(name: str = "config", overrides: Sequence[str] = (), profile_env: bool = True) -> DictConfig:

@@ -90,10 +90,15 @@ class RunRecords:
     def note_server(self, server: dict[str, Any]) -> None:
         """Add the server a generator calls (its base URL and model; never a key) to ``run.json``'s ``servers``,
         once: a run resumed against another server lists both."""
+        self.note("servers", server)
+
+    def note(self, field: str, value: Any) -> None:
+        """Add ``value`` to the list ``field`` of ``run.json`` unless it is there: how a run was executed (servers,
+        speculative decoding), which is not part of its key; a run resumed under other settings lists each."""
         run_file = self.folder / RUN
         run = json.loads(run_file.read_text())
-        if server not in run.setdefault("servers", []):
-            run["servers"].append(server)
+        if value not in run.setdefault(field, []):
+            run[field].append(value)
             run_file.write_text(json.dumps(run, indent=1, default=str))
 
     def _append(self, name: str, rows: Iterable[dict[str, Any]]) -> None:

@@ -265,12 +265,16 @@ def _without_client_keys(node: Any) -> Any:
 
 def key_config(cfg: DictConfig) -> dict[str, Any]:
     """The part of a run config that names what a run computes (its key, in ``run.json``): execution settings
-    left out (``EXECUTION_KEYS``, and ``CLIENT_KEYS`` under the generator and the method), and dataset settings at
+    left out (``EXECUTION_KEYS``, ``CLIENT_KEYS`` under the generator and the method, and the speculative decoding
+    of the generator and the models, which gives the same tokens), and dataset settings at
     their defaults (``skip_unanswerable: false``, ``sample: first`` with any ``seed``) too, so that runs made
     before those settings existed keep their key and resume; so do the generator's ``prompt`` and ``answer`` at the
     paper's; moved modules and artifact folders keep their old names in it (``harness.renames``) for the same
     reason."""
     key_cfg = {k: v for k, v in OmegaConf.to_container(cfg, resolve=True).items() if k not in EXECUTION_KEYS}
+    for part in ("generator", "models"):  # the same greedy tokens with or without (harness.lm.speculative)
+        if isinstance(key_cfg.get(part), dict):
+            key_cfg[part].pop("speculative", None)
     for part in ("generator", "method"):
         if part in key_cfg:
             key_cfg[part] = _without_client_keys(key_cfg[part])
@@ -327,9 +331,11 @@ def _run(cfg: DictConfig, out_dir: Path, shard: Shard | None) -> dict[str, Any]:
     records = RunRecords(out_dir, config_key(key_cfg), key_cfg)
 
     from harness.lm import cache as lm_cache
+    from harness.lm import speculative
 
     lm_cfg = cfg.get("lm") or {}
     lm_cache.configure(lm_cfg.get("cache"), lm_cfg.get("cache_path"))
+    speculative.configure(cfg.models.get("speculative"))  # every LM the method starts
     _THREADS["n"] = cfg.generator.get("threads")
     t_load = time.perf_counter()
     generator, generator_loaded = get_generator(cfg.generator)
@@ -340,6 +346,8 @@ def _run(cfg: DictConfig, out_dir: Path, shard: Shard | None) -> dict[str, Any]:
     records.check_weights(weight_digests(compressor.describe()) + weight_digests(gen_info) + engine)
     if gen_info.get("server"):
         records.note_server(gen_info["server"])
+    spec = {"generator": (gen_info.get("lm") or {}).get("speculative"), "models": _plain(cfg.models.get("speculative"))}
+    records.note("speculative", spec)
     load_s = time.perf_counter() - t_load
 
     on_error = str(cfg.get("on_error", "fail"))
@@ -404,6 +412,10 @@ def _run(cfg: DictConfig, out_dir: Path, shard: Shard | None) -> dict[str, Any]:
         summary["shard"] = shard.describe(examples, mine)
         write_shard_summary(out_dir, summary)
     return summary
+
+
+def _plain(node: Any) -> Any:
+    return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else node
 
 
 def weight_digests(info: Any) -> list[str]:

@@ -118,4 +118,4 @@ def resolve_scorer(env: MethodEnv, scorer_model: str | None) -> AnswerScorer:
         )
     from harness.lm import get_lm
 
-    return get_lm(scorer_model)
+    return get_lm(scorer_model, speculative=None)  # it scores answers, never generates

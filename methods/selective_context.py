@@ -179,7 +179,7 @@ class SelectiveContext(Compressor):
         from harness.lm import get_lm
         from harness.lm.loading import model_config
 
-        self.lm = get_lm(self.model_ref, engine=self.engine, dtype=self.dtype, device=self.device)
+        self.lm = get_lm(self.model_ref, engine=self.engine, dtype=self.dtype, device=self.device, speculative=None)
         tok = self.tokenizer = self.lm.tokenizer
         if self.start_marker is not None:
             ids = tok.convert_tokens_to_ids(self.start_marker)

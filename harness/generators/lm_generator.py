@@ -43,6 +43,7 @@ class LMGenerator:
         device: str = "auto",
         prompt: str = "paper",
         answer: str = "paper",
+        speculative: dict[str, Any] | None = None,
     ) -> None:
         from harness.lm import get_lm
 
@@ -60,6 +61,7 @@ class LMGenerator:
             batch_size=batch_size,
             trust_remote_code=trust_remote_code,
             engine_kwargs=engine_kwargs,
+            speculative=speculative,
         )
         self.backend, self.dtype = engine, self.lm.info["dtype"]
         self.tokenizer = self.lm.tokenizer

@@ -20,8 +20,10 @@ class TransformersEngine:
 
     name = "transformers"
 
-    def __init__(self, model: Any, tokenizer: Any, batch_size: int = 8, batch_tokens: int = 16384) -> None:
-        self.model, self.tokenizer = model, tokenizer
+    def __init__(
+        self, model: Any, tokenizer: Any, batch_size: int = 8, batch_tokens: int = 16384, speculation: Any = None
+    ) -> None:
+        self.model, self.tokenizer, self.speculation = model, tokenizer, speculation
         self.batch_size, self.batch_tokens = batch_size, batch_tokens
         self.pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
 
@@ -62,11 +64,20 @@ class TransformersEngine:
         return ids.to(self.device), att.to(self.device), width
 
     def generate(self, prompts: Sequence[list[int]], max_new_tokens: int, stop_ids: Sequence[int]) -> list[tuple]:
-        """(new token ids without the stop token, hit the token limit?) per prompt."""
+        """(new token ids without the stop token, hit the token limit?) per prompt. With ``speculation`` and a call
+        of at most its ``max_batch`` prompts: prompt-lookup decoding, one prompt at a time
+        (``harness.lm.speculative``)."""
         import torch
 
         out: list[tuple | None] = [None] * len(prompts)
-        for idx in self._batches([len(p) for p in prompts]):
+        spec = self.speculation if self.speculation and len(prompts) <= self.speculation.max_batch else None
+        lookup = (
+            {}
+            if spec is None
+            else {"prompt_lookup_num_tokens": spec.num_tokens, "max_matching_ngram_size": spec.lookup_max}
+        )
+        batches = [[i] for i in range(len(prompts))] if spec else self._batches([len(p) for p in prompts])
+        for idx in batches:
             ids, att, width = self._left_padded([list(prompts[i]) for i in idx])
             with torch.inference_mode():
                 gen = self.model.generate(
@@ -77,6 +88,7 @@ class TransformersEngine:
                     num_beams=1,
                     pad_token_id=self.pad,
                     eos_token_id=list(stop_ids),
+                    **lookup,
                 )
             for row, i in enumerate(idx):
                 new = gen[row, width:].tolist()

@@ -15,6 +15,8 @@ from typing import Any
 from harness import resources
 from harness.lm import hardware
 from harness.lm.model import LM
+from harness.lm.speculative import Speculation
+from harness.lm.speculative import active as speculative_active
 
 ENGINES = ("vllm", "transformers")
 
@@ -28,8 +30,8 @@ def forget_prefixes() -> None:
     """Empty every live engine's prefix cache, so that the next call computes its prompt from scratch (batch-1
     latency of an unseen question); the call cache is another switch (``cache.bypassed``)."""
     for lm in live():
-        if lm.started:
-            lm.engine.reset_prefix_cache()
+        for eng in lm.engines():
+            eng.reset_prefix_cache()
 
 
 def release(which: Callable[[LM], bool] = lambda lm: True) -> int:
@@ -37,8 +39,8 @@ def release(which: Callable[[LM], bool] = lambda lm: True) -> int:
     needed: each vLLM engine holds its weights and KV cache); returns how many were closed."""
     gone = resources.drop(lambda key, obj: not (key[0] == "lm" and isinstance(obj, LM) and which(obj)))
     for lm in gone:
-        if lm.started:
-            lm.engine.close()
+        for eng in lm.engines():
+            eng.close()
     return len(gone)
 
 
@@ -64,7 +66,7 @@ def _build(
     batch_size: int,
     trust_remote_code: bool,
     engine_kwargs: dict[str, Any],
-    lazy: bool,
+    spec: Speculation | None,
 ) -> LM:
     from harness.lm.loading import adapter_digest, load_hf, merged_folder, weights_digest
     from harness.lm.models import resolve
@@ -77,35 +79,57 @@ def _build(
         "hardware": hardware.describe(),
         "adapter": adapter,
         "adapter_sha256": adapter_digest(resolve(adapter).path) if adapter else None,
+        "speculative": spec.describe() if spec else None,
     }
     if engine == "vllm":
-        from harness.lm.vllm_engine import VLLMEngine, engine_settings
+        from transformers import AutoTokenizer
 
-        def start() -> VLLMEngine:
-            eng = VLLMEngine(
-                path, dtype, max_model_len, threads, trust_remote_code=trust_remote_code, engine_kwargs=engine_kwargs
-            )
-            info["engine_settings"] = eng.settings  # what the engine was started with
-            _release_at_exit()
-            return eng
+        from harness.lm.vllm_engine import engine_settings
 
-        info["engine_settings"] = engine_settings(dtype, max_model_len, threads, engine_kwargs)[0]  # until then
-        if lazy:
-            from transformers import AutoTokenizer
+        start = _vllm_start(path, dtype, max_model_len, threads, trust_remote_code, engine_kwargs, info, None)
+        spec_start = None
+        if spec is not None:  # generation on its own engine: vLLM returns no log-probabilities with speculation
+            spec_start = _vllm_start(path, dtype, max_model_len, threads, trust_remote_code, engine_kwargs, info, spec)
+        info["engine_settings"] = engine_settings(dtype, max_model_len, threads, engine_kwargs)[0]  # until started
+        tok = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+        return LM(ref, None, tok, info, start, spec_start)
+    import torch
 
-            return LM(ref, None, AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code), info, start)
-        eng = start()
-        tok = eng.llm.get_tokenizer()
-    else:
-        import torch
+    from harness.lm.hf_engine import TransformersEngine
 
-        from harness.lm.hf_engine import TransformersEngine
-
-        torch.set_num_threads(hardware.thread_count(threads))
-        model, tok = load_hf(path, dtype, device, trust_remote_code)
-        eng = TransformersEngine(model, tok, batch_size)
-        info["engine_settings"] = {"threads": torch.get_num_threads(), "device": device, "batch_size": batch_size}
+    torch.set_num_threads(hardware.thread_count(threads))
+    model, tok = load_hf(path, dtype, device, trust_remote_code)
+    eng = TransformersEngine(model, tok, batch_size, speculation=spec)
+    info["engine_settings"] = {"threads": torch.get_num_threads(), "device": device, "batch_size": batch_size}
     return LM(ref, eng, tok, info)
+
+
+def _vllm_start(
+    path: str,
+    dtype: str,
+    max_model_len: int | None,
+    threads: int | None,
+    trust_remote_code: bool,
+    engine_kwargs: dict[str, Any],
+    info: dict[str, Any],
+    spec: Speculation | None,
+) -> Callable[[], Any]:
+    """A function that starts a vLLM engine on ``path`` (with ``spec``'s speculation when given) and records the
+    settings it started with in ``info`` (``engine_settings``, or ``generation_engine_settings`` for the
+    speculating one)."""
+
+    def start() -> Any:
+        from harness.lm.vllm_engine import VLLMEngine
+
+        kwargs = engine_kwargs
+        if spec:  # with its counters of proposed and accepted tokens (``VLLMEngine.speculation_counts``)
+            kwargs = {**engine_kwargs, "speculative_config": spec.vllm_config(), "disable_log_stats": False}
+        eng = VLLMEngine(path, dtype, max_model_len, threads, trust_remote_code=trust_remote_code, engine_kwargs=kwargs)
+        info["generation_engine_settings" if spec else "engine_settings"] = eng.settings
+        _release_at_exit()
+        return eng
+
+    return start
 
 
 def get_lm(
@@ -120,17 +144,20 @@ def get_lm(
     trust_remote_code: bool = False,
     engine_kwargs: dict[str, Any] | None = None,
     lazy: bool = False,
+    speculative: Speculation | dict[str, Any] | str | None = "default",
 ) -> LM:
-    """The process-wide ``LM`` of (weights, adapter, engine, dtype); built on first use. ``lazy`` (vLLM): the
-    tokenizer now, the engine (~4-15 s to start on 2 cores) only when a call first misses the call cache, so a
-    re-run whose calls all replay never starts it (training re-runs; not for timed runs, whose load belongs
-    before the first batch)."""
+    """The process-wide ``LM`` of (weights, adapter, engine, dtype, speculation); built on first use. ``lazy``
+    (vLLM): the tokenizer now, the engine (~4-15 s to start on 2 cores) only when a call first misses the call
+    cache, so a re-run whose calls all replay never starts it (training re-runs; not for timed runs, whose load
+    belongs before the first batch). ``speculative``: the run's setting (``"default"``, ``speculative.configure``),
+    another one, or None (off); it is on only for the dtypes it names (``harness.lm.speculative``)."""
     if engine not in ENGINES:
         raise ValueError(f"engine={engine!r}; valid: {', '.join(ENGINES)}")
     dtype = hardware.pick_dtype(dtype)
     if device == "auto":
         device = "cuda" if hardware.has_cuda() else "cpu"
-    key = ("lm", ref, adapter, engine, dtype, device)
+    spec = speculative_active(speculative, dtype)
+    key = ("lm", ref, adapter, engine, dtype, device, spec)
     lm = resources.shared(
         key,
         lambda: _build(
@@ -144,7 +171,7 @@ def get_lm(
             batch_size,
             trust_remote_code,
             dict(engine_kwargs or {}),
-            lazy,
+            spec,
         ),
     )
     if not lazy:  # a lazy LM of the same key, asked for eagerly now: its engine starts here, not in a timed call

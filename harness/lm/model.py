@@ -35,12 +35,21 @@ class Completion:
 
 class LM:
     """A tokenizer plus an engine plus the call cache; see the module docstring. ``engine`` may be None with a
-    ``start`` function that builds it when a call first misses the cache (``get_lm(lazy=True)``)."""
+    ``start`` function that builds it when a call first needs it (vLLM engines always start so). A
+    ``spec_start`` builds a second engine that speculates (``harness.lm.speculative``) for ``generate``, where the
+    speculating engine cannot score (vLLM); each engine starts on its first computed call."""
 
     def __init__(
-        self, ref: str, engine: Any, tokenizer: Any, info: dict[str, Any], start: Callable[[], Any] | None = None
+        self,
+        ref: str,
+        engine: Any,
+        tokenizer: Any,
+        info: dict[str, Any],
+        start: Callable[[], Any] | None = None,
+        spec_start: Callable[[], Any] | None = None,
     ) -> None:
         self.ref, self._engine, self._start, self.tokenizer, self.info = ref, engine, start, tokenizer, info
+        self._spec_engine, self._spec_start = None, spec_start
         # hub ids have no local digest: the id (and its revision, if pinned in it) keys their calls instead
         weights = info["weights_sha256"] or f"ref:{ref}"
         adapter = info.get("adapter_sha256") or (f"ref:{info['adapter']}" if info.get("adapter") else None)
@@ -50,16 +59,39 @@ class LM:
 
     @property
     def engine(self) -> Any:
-        """The engine, started here if it was left for the first computed call."""
-        self._ready()
+        """The engine of the scoring calls (and of generation without a speculating engine), started here if it
+        was left for the first computed call."""
+        self._ready_scoring()
         return self._engine
 
     @property
+    def generation_engine(self) -> Any:
+        """The engine ``generate`` runs on: the speculating one where there is one."""
+        self._ready()
+        return self._spec_engine if self._spec_start is not None else self._engine
+
+    @property
     def started(self) -> bool:
-        return self._engine is not None
+        return bool(self.engines())
+
+    def engines(self) -> list[Any]:
+        """The engines started so far."""
+        return [e for e in (self._engine, self._spec_engine) if e is not None]
+
+    def speculation_counts(self) -> dict[str, float]:
+        """The speculating engine's counters so far (``VLLMEngine.speculation_counts``); empty where there is none."""
+        eng = self._spec_engine
+        return eng.speculation_counts() if eng is not None and hasattr(eng, "speculation_counts") else {}
 
     def _ready(self) -> None:
-        """Start a lazy engine (``cached_calls`` does so before it times a computed call)."""
+        """Start the engine ``generate`` runs on (``cached_calls`` does so before it times a computed call; an
+        eager ``get_lm`` at once)."""
+        if self._spec_start is None:
+            self._ready_scoring()
+        elif self._spec_engine is None:
+            self._spec_engine = self._spec_start()
+
+    def _ready_scoring(self) -> None:
         if self._engine is None:
             assert self._start is not None
             self._engine = self._start()
@@ -94,13 +126,15 @@ class LM:
         """Greedy completions of token-id or chat prompts, in input order."""
         ids = [self._ids(p) for p in prompts]
         stops = list(stop_ids) if stop_ids is not None else self.stop_ids
-        settings = {"max_new_tokens": int(max_new_tokens), "stop": stops, "greedy": True}
+        settings: dict[str, Any] = {"max_new_tokens": int(max_new_tokens), "stop": stops, "greedy": True}
+        if self.info.get("speculative") and self.info["dtype"] != "float32":  # where it could change the tokens
+            settings["speculative"] = self.info["speculative"]
         rows = cached_calls(
             self.namespace,
             "generate",
             ids,
             settings,
-            lambda ps: [list(x) for x in self.engine.generate(ps, max_new_tokens, stops)],
+            lambda ps: [list(x) for x in self.generation_engine.generate(ps, max_new_tokens, stops)],
             prepare=self._ready,
         )
         return [
@@ -117,7 +151,7 @@ class LM:
             ids,
             {"tokens": list(token_ids)},
             lambda ps: self.engine.token_logprobs(ps, list(token_ids)),
-            prepare=self._ready,
+            prepare=self._ready_scoring,
         )
 
     def prompt_logprobs(self, prompts: Sequence[list[int]], start: Sequence[int] | int = 0) -> list[Cached]:
@@ -130,7 +164,7 @@ class LM:
             items,
             {},
             lambda its: self.engine.prompt_logprobs([i[0] for i in its], [i[1] for i in its]),
-            prepare=self._ready,
+            prepare=self._ready_scoring,
         )
 
     def answer_ids(self, answer: str) -> list[int]:

@@ -324,6 +324,16 @@ class VLLMEngine:
     def reset_prefix_cache(self) -> None:
         self.llm.reset_prefix_cache()
 
+    def speculation_counts(self) -> dict[str, float]:
+        """vLLM's counters of speculative decoding so far (``drafts``, ``draft_tokens``, ``accepted_tokens``), summed
+        over its metric labels; empty without speculation or with statistics off."""
+        names = {f"vllm:spec_decode_num_{k}": k for k in ("drafts", "draft_tokens", "accepted_tokens")}
+        out: dict[str, float] = {}
+        for m in self.llm.get_metrics():
+            if m.name in names and hasattr(m, "value"):
+                out[names[m.name]] = out.get(names[m.name], 0.0) + float(m.value)
+        return out
+
     def _run(self, prompts: Sequence[list[int]], params: Any) -> list[Any]:
         from vllm import TokensPrompt
 

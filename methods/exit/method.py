@@ -118,6 +118,7 @@ class Exit(Compressor):
             device=self.device,
             batch_size=self.batch_size,
             trust_remote_code=self.trust_remote_code,
+            speculative=None,  # a classifier: it scores, never generates
         )
         self.use_tokenizer(self.lm.tokenizer)
 
