@@ -329,25 +329,8 @@ def _run(cfg: DictConfig, out_dir: Path, shard: Shard | None) -> dict[str, Any]:
 
     key_cfg = key_config(cfg)
     records = RunRecords(out_dir, config_key(key_cfg), key_cfg)
-
-    from harness.lm import cache as lm_cache
-    from harness.lm import speculative
-
-    lm_cfg = cfg.get("lm") or {}
-    lm_cache.configure(lm_cfg.get("cache"), lm_cfg.get("cache_path"))
-    speculative.configure(cfg.models.get("speculative"))  # every LM the method starts
-    _THREADS["n"] = cfg.generator.get("threads")
     t_load = time.perf_counter()
-    generator, generator_loaded = get_generator(cfg.generator)
-    compressor = build_method(cfg.method)
-    compressor.bind(MethodEnv(count_tokens=generator.count_tokens, generator=generator))
-    gen_info = generator.describe()
-    engine = [f"engine {gen_info.get('backend')} {gen_info.get('dtype')}"]  # bf16 and fp32 answers differ
-    records.check_weights(weight_digests(compressor.describe()) + weight_digests(gen_info) + engine)
-    if gen_info.get("server"):
-        records.note_server(gen_info["server"])
-    spec = {"generator": (gen_info.get("lm") or {}).get("speculative"), "models": _plain(cfg.models.get("speculative"))}
-    records.note("speculative", spec)
+    generator, generator_loaded, compressor = _models(cfg, records)
     load_s = time.perf_counter() - t_load
 
     on_error = str(cfg.get("on_error", "fail"))
@@ -412,6 +395,29 @@ def _run(cfg: DictConfig, out_dir: Path, shard: Shard | None) -> dict[str, Any]:
         summary["shard"] = shard.describe(examples, mine)
         write_shard_summary(out_dir, summary)
     return summary
+
+
+def _models(cfg: DictConfig, records: RunRecords) -> tuple[Generator, bool, Compressor]:
+    """The run's generator (and whether this call loaded it) and its bound method, their weights checked against
+    the folder's records; the LM call cache and speculative decoding configured first, as the run asks."""
+    from harness.lm import cache as lm_cache
+    from harness.lm import speculative
+
+    lm_cfg = cfg.get("lm") or {}
+    lm_cache.configure(lm_cfg.get("cache"), lm_cfg.get("cache_path"))
+    speculative.configure(cfg.models.get("speculative"))  # every LM the method starts
+    _THREADS["n"] = cfg.generator.get("threads")
+    generator, generator_loaded = get_generator(cfg.generator)
+    compressor = build_method(cfg.method)
+    compressor.bind(MethodEnv(count_tokens=generator.count_tokens, generator=generator))
+    gen_info = generator.describe()
+    engine = [f"engine {gen_info.get('backend')} {gen_info.get('dtype')}"]  # bf16 and fp32 answers differ
+    records.check_weights(weight_digests(compressor.describe()) + weight_digests(gen_info) + engine)
+    if gen_info.get("server"):
+        records.note_server(gen_info["server"])
+    spec = {"generator": (gen_info.get("lm") or {}).get("speculative"), "models": _plain(cfg.models.get("speculative"))}
+    records.note("speculative", spec)
+    return generator, generator_loaded, compressor
 
 
 def _plain(node: Any) -> Any:
