@@ -7,7 +7,8 @@
 - ``f1``: max over golds of token F1 between whitespace tokens of the normalised strings, common tokens counted
   as a multiset. If either normalised string is one of yes / no / noanswer and they differ, that gold scores 0.
 - ``postprocess``: CompSelect's answer clean-up, ``strip()`` then ``rstrip(".")``; ``first_line`` keeps the
-  first non-empty line before it (``ANSWER_RULES``: the generator's ``answer`` setting).
+  first non-empty line before it; ``unlabelled`` drops a leading ``DocN:`` label first (``ANSWER_RULES``: the
+  generator's ``answer`` setting).
 - ``echo``: whether an output repeats the prompt instead of answering (definition at ``echo``).
 - ``compression_ratio``: original tokens / compressed tokens of the context (the generator's tokenizer, the
   documents only). Per example it is ``None`` when the original is empty, and ``original / 1`` when the method
@@ -44,8 +45,18 @@ def first_line(answer: str) -> str:
     return postprocess(next((line for line in answer.splitlines() if line.strip()), ""))
 
 
+_DOC_LABEL = re.compile(r"^\s*(?:Doc\s?\d+\s*:\s*)+")
+
+
+def unlabelled(answer: str) -> str:
+    """``first_line`` of the reply without the document label it may open with (``Doc5: Return of the Vampire``
+    -> ``Return of the Vampire``): a model that cites the document it answers from. Only a leading ``DocN:`` is
+    dropped; a label anywhere else stays, and still counts as an echo."""
+    return first_line(_DOC_LABEL.sub("", answer, count=1))
+
+
 # The generator's ``answer`` setting: how its raw output becomes the scored prediction.
-ANSWER_RULES = {"paper": postprocess, "first_line": first_line}
+ANSWER_RULES = {"paper": postprocess, "first_line": first_line, "unlabelled": unlabelled}
 
 
 def answer_rule(name: str) -> Callable[[str], str]:
@@ -60,7 +71,7 @@ def answer_rule(name: str) -> Callable[[str], str]:
 # The prompt's own scaffolding and the paper system prompt's worked example ("Question: What is the capital of
 # France? Output: Paris."), as a model repeats them (``echo``).
 _ECHO_OPENING = re.compile(r"^\W*question\b", re.IGNORECASE)
-_ECHO_SCAFFOLD = re.compile(r"\b(?i:documents|output)\s*:|\bDoc\s?\d+\b")
+_ECHO_SCAFFOLD = re.compile(r"\b(?i:documents?|output)\s*:|\bDoc\s?\d+\b")
 _ECHO_EXAMPLE = "capital of france"
 _MIN_QUESTION_WORDS = 3
 
@@ -68,12 +79,12 @@ _MIN_QUESTION_WORDS = 3
 def echo(prediction: str, question: str = "", context: str = "") -> bool:
     """Whether ``prediction`` repeats the prompt instead of answering the question.
 
-    An echo is any of: an output that opens with ``Question``; one that holds the prompt's labels (``Documents:``,
-    ``DocN``, the example's ``Output:``); the system prompt's worked example (``capital of France``, unless the
-    question or the context holds it too); or the whole question repeated word for word (SQuAD-normalised, for a
-    question of at least three words; ``_repeats_question`` for cloze-style questions). A span copied from the
-    documents is not an echo: that is how an extractive answer looks, and the documents' text is never matched
-    here (only their ``DocN`` labels).
+    An echo is any of: an output that opens with ``Question``; one that holds the prompt's labels
+    (``Documents:`` or ``Document:``, ``DocN``, the example's ``Output:``); the system prompt's worked example
+    (``capital of France``, unless the question or the context holds it too); or the whole question repeated
+    word for word (SQuAD-normalised, for a question of at least three words; ``_repeats_question`` for
+    cloze-style questions). A span copied from the documents is not an echo: that is how an extractive answer
+    looks, and the documents' text is never matched here (only their ``DocN`` labels).
     """
     if _ECHO_OPENING.search(prediction) or _ECHO_SCAFFOLD.search(prediction):
         return True

@@ -198,7 +198,7 @@ def test_a_lazy_engine_whose_calls_all_replay_never_starts(tmp_path, vllm_lm, pr
 
     # the same settings as the shared engine (whichever test started it, with whatever context length)
     max_len = vllm_lm.engine.settings["max_model_len"]
-    lazy = _build(LM, "vllm", "float32", None, "cpu", None, max_len, 8, False, {}, lazy=True)
+    lazy = _build(LM, "vllm", "float32", None, "cpu", None, max_len, 8, False, {}, None)
     assert not lazy.started and lazy.namespace == vllm_lm.namespace
     assert lazy.info["engine_settings"] == vllm_lm.engine.settings  # what a started engine reports
     assert [lazy.encode_chat(p) for p in prompts] == [vllm_lm.encode_chat(p) for p in prompts]
@@ -208,8 +208,8 @@ def test_a_lazy_engine_whose_calls_all_replay_never_starts(tmp_path, vllm_lm, pr
         again = lazy.generate(prompts[:2], 8)
     finally:
         cache.configure(None, None)
-        if lazy.started:  # not in the process's registry: nothing else would stop it
-            lazy.engine.close()
+        for engine in lazy.engines():  # not in the process's registry: nothing else would stop it
+            engine.close()
     assert all(c.replayed for c in again) and [c.text for c in again] == [c.text for c in first]
     assert not lazy.started
 

@@ -85,13 +85,27 @@ def test_candidate_templates_render_their_layout():
 def test_an_unknown_prompt_or_answer_rule_is_a_config_error_naming_the_valid_ones():
     with pytest.raises(ConfigError, match=r"generator\.prompt='nope'; valid: paper, "):
         get_prompt("nope")
-    with pytest.raises(ConfigError, match=r"generator\.answer='x'; valid: paper, first_line"):
+    with pytest.raises(ConfigError, match=r"generator\.answer='x'; valid: paper, first_line, unlabelled"):
         M.answer_rule("x")
 
 
 def test_first_line_keeps_the_first_non_empty_line():
     assert M.first_line("\n\n Paris.\nThe capital of France is Paris.") == "Paris"
     assert M.first_line("") == ""
+
+
+# Real replies of the embedded generator under documents_first_cue (HotpotQA / TriviaQA train questions), which
+# open with the label of the document they answer from.
+def test_unlabelled_drops_a_leading_document_label_and_keeps_the_first_line():
+    assert M.unlabelled("Doc5: Return of the Vampire") == "Return of the Vampire"
+    assert M.unlabelled('Doc5: Danny DeVito\n\nThe movie "The French Connection" (1971)') == "Danny DeVito"
+    assert M.unlabelled("Doc3: Junior Tucker\nDoc4: Junior Byles") == "Junior Tucker"
+    assert M.unlabelled("Paris. Doc1 says so") == "Paris. Doc1 says so"
+    assert M.echo(M.unlabelled("Paris. Doc1 says so"))  # a label elsewhere is still scaffolding
+
+
+def test_a_singular_document_label_is_an_echo():
+    assert M.echo(M.first_line("Document:\nDoc2: The work of the 12th-century scholar"))
 
 
 # Real SmolLM2-135M-Instruct outputs (vLLM fp32, the paper prompt, full top-5 context) from the published NQ run

@@ -2,10 +2,12 @@
 
 Reads the prompt-selection runs: every candidate template of ``harness.prompt.PROMPTS`` x ``full`` and
 ``oracle_sentences`` x NQ / TriviaQA / HotpotQA, on validation questions cut from the shipped *train* splits (the
-first 100 of a seeded shuffle, seed 0; HotpotQA's train split holds 100), made by::
+first questions of a seeded shuffle, seed 0; HotpotQA's train split holds 100), in two stages (the CPU here
+runs ~3 s a question with a full top-5 context): every candidate on the first 50 questions, then the finalists
+extended to 100 in the same run folders (a larger ``limit`` extends a run)::
 
     python -m harness -m method=full,oracle_sentences dataset=nq,triviaqa,hotpotqa dataset.split=train \\
-        dataset.sample=shuffled limit=100 latency.samples=0 generator.prompt=<every candidate> \\
+        dataset.sample=shuffled limit=50 latency.samples=0 generator.prompt=<every candidate> \\
         results_dir=results-prompt-selection
 
 Each run keeps the raw reply (up to ``max_new_tokens`` 32), so both answer rules are scored from the same
@@ -33,13 +35,14 @@ MAX_ECHO = 5.0
 OUT = Path(__file__).with_name("figures.csv")
 
 
-def cells(root: Path) -> pd.DataFrame:
-    """One row per (prompt, answer rule, dataset, method): n, SubEM, echo and SubEM from echo in percent."""
+def cells(root: Path, n: int | None = None) -> pd.DataFrame:
+    """One row per (prompt, answer rule, dataset, method): n, SubEM, echo and SubEM from echo in percent, over
+    each run's first ``n`` records (the first n of the shuffled sample; all when None)."""
     rows = []
     for summary in sorted(root.rglob(SUMMARY)):
         s = json.loads(summary.read_text())
         prompt = s["generator_info"]["prompt"]["name"]
-        recs = read_jsonl(summary.parent / PREDICTIONS)
+        recs = list({r["id"]: r for r in read_jsonl(summary.parent / PREDICTIONS)}.values())[:n]
         for rule, answer_of in ANSWER_RULES.items():
             answers = [answer_of(r["raw_output"]) for r in recs]
             hits = [subem(a, r["answers"]) for a, r in zip(answers, recs, strict=True)]
@@ -75,12 +78,40 @@ def choose(df: pd.DataFrame) -> pd.DataFrame:
     return out.sort_values(["passes", "mean_subem"], ascending=False)
 
 
+def markdown(df: pd.DataFrame, n: int | None) -> str:
+    """The README's table: one row per (prompt, answer rule), SubEM / echo per dataset and context, best first."""
+    order = choose(df).index
+    cols = [(m, d) for m in ("full", "oracle_sentences") for d in ("nq", "triviaqa", "hotpotqa")]
+    names = {"full": "full", "oracle_sentences": "gold", "nq": "NQ", "triviaqa": "TQA", "hotpotqa": "HQA"}
+    head = "| prompt | answer | " + " | ".join(f"{names[m]} {names[d]}" for m, d in cols) + " | max echo | mean SubEM |"
+    lines = [head, "|" + "---|" * (len(cols) + 4)]
+    cell = df.set_index(["prompt", "answer", "method", "dataset"])
+    for p, a in order:
+        vals = [cell.loc[(p, a, m, d)] for m, d in cols]
+        row = [f"{v.subem:.0f} / {v.echo:.0f}" for v in vals]
+        summary = choose(df).loc[(p, a)]
+        lines.append(f"| {p} | {a} | " + " | ".join(row) + f" | {summary.max_echo:.0f} | {summary.mean_subem:.1f} |")
+    sizes = sorted(set(df.n))
+    return "\n".join(lines) + f"\n\nSubEM / echo in percent; n = {', '.join(map(str, sizes))} per cell" + (
+        f" (the first {n})" if n else ""
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description="score the prompt-selection runs")
     ap.add_argument("root", type=Path)
+    ap.add_argument("--n", type=int, help="the first n questions of each run (the screening stage: 50)")
+    ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--prompts", help="comma-separated: only these candidates (the finalists of stage 2)")
+    ap.add_argument("--markdown", action="store_true", help="print the README's table instead")
     args = ap.parse_args()
-    df = cells(args.root)
-    df.round(2).to_csv(OUT, index=False)
+    df = cells(args.root, args.n)
+    if args.prompts:
+        df = df[df.prompt.isin(args.prompts.split(","))]
+    df.round(2).to_csv(args.out, index=False)
+    if args.markdown:
+        print(markdown(df, args.n))
+        return
     wide = df.pivot_table(index=["prompt", "answer"], columns=["method", "dataset"], values=["subem", "echo"])
     print(wide.round(1).to_string())
     print(choose(df).round(2).to_string())
