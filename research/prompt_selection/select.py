@@ -92,8 +92,10 @@ def markdown(df: pd.DataFrame, n: int | None) -> str:
         summary = choose(df).loc[(p, a)]
         lines.append(f"| {p} | {a} | " + " | ".join(row) + f" | {summary.max_echo:.0f} | {summary.mean_subem:.1f} |")
     sizes = sorted(set(df.n))
-    return "\n".join(lines) + f"\n\nSubEM / echo in percent; n = {', '.join(map(str, sizes))} per cell" + (
-        f" (the first {n})" if n else ""
+    return (
+        "\n".join(lines)
+        + f"\n\nSubEM / echo in percent; n = {', '.join(map(str, sizes))} per cell"
+        + (f" (the first {n})" if n else "")
     )
 
 
