@@ -157,7 +157,7 @@ def test_the_run_folder_names_a_sample_only_when_it_is_not_the_default():
     from harness.provenance import REPO_ROOT
 
     register_resolvers()
-    base = "results/embedded/smollm2-135m-instruct-vllm/nq/bm25/"
+    base = "results/embedded/smollm2-135m-instruct-vllm-documents_first-unlabelled/nq/bm25/"
     cases = {
         (): base,  # as before samples existed
         ("dataset.sample=first", "dataset.seed=3"): base,

@@ -114,7 +114,10 @@ def test_lead_sentences_runs_through_the_harness(tree, nq3, tmp_path):
         results_dir=str(tmp_path),
         progress=False,
     )
-    assert ev.folder == tmp_path / "embedded" / "smollm2-135m-instruct-vllm" / "nq" / "lead_sentences"
+    assert (
+        ev.folder
+        == tmp_path / "embedded" / "smollm2-135m-instruct-vllm-documents_first-unlabelled" / "nq" / "lead_sentences"
+    )
     assert ev.summary["n"] == 3 and ev.summary["method_info"]["k"] == 1
     leads = build_method(compose_method(tree)).compress_batch(nq3)
     assert list(ev.records["context"]) == [render_documents(c.documents) for c in leads]

@@ -64,7 +64,7 @@ def summaries(root: Path) -> dict[str, dict]:
 
 def test_shard_folders_sit_under_the_unsharded_runs_folder_and_keep_its_key():
     register_resolvers()
-    base = "out/embedded/smollm2-135m-instruct-vllm/nq/bm25/"
+    base = "out/embedded/smollm2-135m-instruct-vllm-documents_first-unlabelled/nq/bm25/"
     cases = {
         (): base,
         ("shard=0/2",): base + "shards/0-of-2",
@@ -150,7 +150,7 @@ def test_a_second_process_on_a_busy_run_folder_fails_at_once(tmp_path):
         stderr=subprocess.PIPE,
         text=True,
     )
-    lock = tmp_path / "embedded" / "smollm2-135m-instruct" / "nq" / "full" / ".run.lock"
+    lock = tmp_path / "embedded" / "smollm2-135m-instruct-documents_first-unlabelled" / "nq" / "full" / ".run.lock"
     deadline = time.time() + 120
     while time.time() < deadline and not (lock.is_file() and lock.read_text()):
         time.sleep(0.2)

@@ -56,6 +56,16 @@ def test_the_paper_profile_asks_with_the_papers_prompt_and_answer_rule(generator
     assert get_prompt(cfg.generator.prompt).messages("q", ["d"])[0]["content"] == PAPER_SYSTEM
 
 
+def test_the_embedded_profile_asks_with_the_selected_prompt_and_names_it():
+    for generator, base in (
+        ("smollm2_vllm", "smollm2-135m-instruct-vllm"),
+        ("smollm2_transformers", "smollm2-135m-instruct"),
+    ):
+        cfg = compose_cfg(f"generator={generator}")
+        assert (cfg.generator.prompt, cfg.generator.answer) == ("documents_first", "unlabelled")
+        assert cfg.generator.name == f"{base}-documents_first-unlabelled"
+
+
 def test_the_paper_prompt_stays_selectable_on_the_embedded_profile_under_its_old_name_and_key():
     cfg = compose_cfg("generator.prompt=paper", "generator.answer=paper")
     assert cfg.generator.name == "smollm2-135m-instruct-vllm"  # the archived runs' block and folders

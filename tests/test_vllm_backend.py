@@ -45,7 +45,11 @@ def test_default_generator_is_vllm_and_records_its_engine_settings(tmp_path):
     assert "resource_tracker" not in r.stderr and "leaked" not in r.stderr and "Traceback" not in r.stderr
     [summary] = [json.loads(p.read_text()) for p in tmp_path.rglob("summary.json")]
     info = summary["generator_info"]
-    assert summary["n"] == 4 and info["backend"] == "vllm" and summary["generator"] == "smollm2-135m-instruct-vllm"
+    assert (
+        summary["n"] == 4
+        and info["backend"] == "vllm"
+        and summary["generator"] == "smollm2-135m-instruct-vllm-documents_first-unlabelled"
+    )
     assert info["dtype"] == "float32"  # the shared generator's default: reproducible answers (conf/generator)
     cpu = info["lm"]["engine_settings"]["cpu"]
     assert cpu["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "0"

@@ -7,15 +7,17 @@ runs ~3 s a question with a full top-5 context): every candidate on the first 50
 extended to 100 in the same run folders (a larger ``limit`` extends a run)::
 
     python -m harness -m method=full,oracle_sentences dataset=nq,triviaqa,hotpotqa dataset.split=train \\
-        dataset.sample=shuffled limit=50 latency.samples=0 generator.prompt=<every candidate> \\
+        dataset.sample=shuffled limit=50 latency.samples=0 generator.prompt=<every candidate> generator.answer=paper \\
         results_dir=results-prompt-selection
 
-Each run keeps the raw reply (up to ``max_new_tokens`` 32), so both answer rules are scored from the same
+Each run keeps the raw reply (up to ``max_new_tokens`` 32), so every answer rule is scored from the same
 greedy tokens: ``paper`` (the whole reply) and ``first_line`` (its first non-empty line: greedy decoding that
 stops at a newline gives that line). ``capped`` counts first lines the token cap cut off, the only answers a
-larger ``max_new_tokens`` could change. The rule: echo <= 5 % on every dataset for both contexts, then the highest
-mean SubEM over the six (dataset, context) cells. Figures: ``research/prompt_selection/figures.csv`` and the
-README's "The embedded prompt".
+larger ``max_new_tokens`` could change; ``unlabelled`` is ``first_line`` without a leading ``DocN:`` label.
+The rule: echo <= 5 % on every dataset for both contexts, then the highest mean SubEM over the six (dataset,
+context) cells; where no candidate passes, the lowest worst-cell echo first (then SubEM). Figures:
+``figures-n50.csv`` (stage 1) and ``figures-n100.csv`` (stage 2) beside this file, and the README's "The
+embedded prompt".
 
 ``python -m research.prompt_selection.select results-prompt-selection``
 """
@@ -32,7 +34,7 @@ from harness.metrics import ANSWER_RULES, echo, subem
 from harness.records import PREDICTIONS, SUMMARY, read_jsonl
 
 MAX_ECHO = 5.0
-OUT = Path(__file__).with_name("figures.csv")
+OUT = Path(__file__).with_name("figures-n100.csv")
 
 
 def cells(root: Path, n: int | None = None) -> pd.DataFrame:
@@ -75,7 +77,8 @@ def choose(df: pd.DataFrame) -> pd.DataFrame:
     g = df.groupby(["prompt", "answer"])
     out = pd.DataFrame({"max_echo": g.echo.max(), "mean_subem": g.subem.mean(), "cells": g.size()})
     out["passes"] = out.max_echo <= MAX_ECHO
-    return out.sort_values(["passes", "mean_subem"], ascending=False)
+    out["echo_rank"] = out.max_echo.where(~out.passes, 0.0)  # where none passes: the lowest worst-cell echo first
+    return out.sort_values(["echo_rank", "mean_subem"], ascending=[True, False]).drop(columns="echo_rank")
 
 
 def markdown(df: pd.DataFrame, n: int | None) -> str:
