@@ -696,7 +696,7 @@ def test_compare_prints_wins_losses_ties_and_the_differing_questions_of_two_publ
 
 
 # ------------------------------------------------------------------------------------------ one headline
-def _twin(root: Path, source: Path, variant: str) -> Path:
+def _twin(source: Path, variant: str) -> Path:
     """A run of ``variant`` whose records repeat ``source``'s (same answers from the same contexts)."""
     dest = source.parent / variant
     dest.mkdir(parents=True)
@@ -714,8 +714,8 @@ def test_aliases_are_found_from_the_records_and_need_every_dataset_to_agree(tmp_
 
     grid(tmp_path, n=10, datasets=("nq", "triviaqa"))
     for ds in ("nq", "triviaqa"):
-        _twin(tmp_path, tmp_path / "embedded" / "gen-a" / ds / "bm25", "bm25_v2")
-        _twin(tmp_path, tmp_path / "embedded" / "gen-a" / ds / "bm25", "bm25_half")
+        _twin(tmp_path / "embedded" / "gen-a" / ds / "bm25", "bm25_v2")
+        _twin(tmp_path / "embedded" / "gen-a" / ds / "bm25", "bm25_half")
     # bm25_half answers one triviaqa question from another context: not the same pipeline
     f = tmp_path / "embedded" / "gen-a" / "triviaqa" / "bm25_half" / "predictions.jsonl"
     recs = [json.loads(x) for x in f.read_text().splitlines()]
@@ -739,7 +739,7 @@ def test_publish_opens_on_the_headline_block_with_older_blocks_under_archive(tmp
         s = json.loads(r.read_text())
         r.write_text(json.dumps({**s, "finished_at": "2026-11-01T10:00:00+0000"}))
     grid(tmp_path / "res", n=10, generator="gen-new", datasets=("nq",))
-    _twin(tmp_path, tmp_path / "res" / "embedded" / "gen-new" / "nq" / "bm25", "bm25_v2")
+    _twin(tmp_path / "res" / "embedded" / "gen-new" / "nq" / "bm25", "bm25_v2")
     publish(tmp_path / "res", tmp_path / "out", resamples=50)
     md = (tmp_path / "out" / "leaderboard.md").read_text()
     heads = [ln for ln in md.splitlines() if ln.startswith("#")]
