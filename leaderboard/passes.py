@@ -91,8 +91,9 @@ def block_passes(passes: pd.DataFrame, profile: str, generator: str) -> tuple[pd
 
 
 def dtypes(lms: Any) -> str:
-    """``ref dtype`` of every LM a pass ran (``lms``), short names, once each."""
+    """``[role] ref dtype`` of every LM a row ran (``lms``), short names, once each."""
     if not isinstance(lms, list):
         return "-"
-    names = {f"{str(m.get('ref', '?')).split(':')[-1].split('/')[-1]} {m.get('dtype')}" for m in lms}
+    role = lambda m: f"{m['role']} " if m.get("role") else ""  # noqa: E731
+    names = {f"{role(m)}{str(m.get('ref', '?')).split(':')[-1].split('/')[-1]} {m.get('dtype')}" for m in lms}
     return ", ".join(sorted(names)) or "-"

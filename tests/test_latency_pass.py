@@ -28,7 +28,9 @@ def test_latency_pass_times_variants_side_by_side_and_the_leaderboard_compares_t
         assert all(t > 0 for t in r["online_s_repeats"])
         assert r["total_s"] == pytest.approx(sum(r["total_s_repeats"]) / 2)
         assert r["total_s_spread"] == pytest.approx(max(r["total_s_repeats"]) - min(r["total_s_repeats"]))
-        assert {"ref": "embedded:smollm2-135m-instruct", "dtype": "float32"}.items() <= r["lms"][0].items()
+        assert r["lms"] == [  # BM25 runs no LM of its own
+            {"role": "generator", "ref": "embedded:smollm2-135m-instruct", "engine": "vllm", "dtype": "float32"}
+        ]
     assert full["online_vs_full_ratio"] == full["total_vs_full_ratio"] == 1.0
     assert full["compress_s"] < 0.01 and bm25["compress_s"] > 0  # the BM25 ranking is timed
     per_repeat = [b / f for b, f in zip(bm25["total_s_repeats"], full["total_s_repeats"], strict=True)]
@@ -51,3 +53,18 @@ def test_the_default_variants_are_every_published_variant_of_the_generator():
     want = set(df[df.generator == "smollm2-135m-instruct-vllm"].variant)
     assert set(got) == want and got[:2] == ["naive", "full"] and "bge_reranker_v2_m3" in got
     assert published_variants(runs, "embedded", "no-such-generator") == []
+
+
+def test_a_variants_lms_are_read_from_its_describe_tree():
+    """On the archived refiner run of the Xeon (its own LM calls in bf16 there, models.lm_dtype: auto)."""
+    from harness.provenance import REPO_ROOT
+    from tools.latency_pass import lm_entries
+
+    [f] = (REPO_ROOT / "leaderboard" / "runs" / "embedded" / "smollm2-135m-instruct-vllm" / "nq" / "refiner").rglob(
+        "summary.json"
+    )
+    info = json.loads(f.read_text())["method_info"]
+    assert lm_entries(info, "method") == [
+        {"role": "method", "ref": "embedded:smollm2-135m-instruct", "engine": "vllm", "dtype": info["lm"]["dtype"]}
+    ]
+    assert lm_entries({"model": {"ref": "x"}}, "method") == []

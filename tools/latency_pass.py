@@ -16,11 +16,11 @@ repeat, then averaged, and the spread over the repeats is reported.
 Output: JSON lines (``--out``, default ``results/latency/latency-pass-<time>.jsonl``), one row per (variant,
 dataset): ``compress_s``, ``online_s`` (generation), ``total_s`` (means over the repeats, each a mean over the
 questions), ``online_vs_full_ratio`` and ``total_vs_full_ratio``, the per-repeat values and their spread (max -
-min), ``cpu`` (model name and whether bf16 is native: AMX / AVX512-BF16, or AVX2 only), ``threads``, every live
-LM's engine and dtype (``lms``), ``pass_id`` (one per invocation) and the code's commit. ``python -m leaderboard
-publish`` reads every ``latency-pass-*.jsonl`` under its results root (``leaderboard/runs/latency/`` for the
-snapshot) and compares a row only with the ``full`` row of its own pass and CPU. This tool runs models; the
-leaderboard never does.
+min), ``cpu`` (model name and whether bf16 is native: AMX / AVX512-BF16, or AVX2 only), ``threads``, every LM
+the variant ran (``lms``: the generator's and its method's, with role, weights, engine and dtype), ``pass_id``
+(one per invocation) and the code's commit. ``python -m leaderboard publish`` reads every
+``latency-pass-*.jsonl`` under its results root (``leaderboard/runs/latency/`` for the snapshot) and compares a
+row only with the ``full`` row of its own pass and CPU. This tool runs models; the leaderboard never does.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from typing import Any
 from harness import provenance
 from harness.config import compose_config
 from harness.data import DatasetSpec, load_dataset
-from harness.lm import cache, forget_prefixes, hardware, live, speculative
+from harness.lm import cache, forget_prefixes, hardware, speculative
 from harness.protocols import Compressor, Generator, MethodEnv
 from harness.runner import build_method, get_generator, process
 from harness.text import forget_splits
@@ -158,13 +158,23 @@ def _summary(values: Sequence[float | None]) -> tuple[float | None, float | None
     return statistics.fmean(values), max(values) - min(values)  # type: ignore[type-var, arg-type]
 
 
-def lm_settings() -> list[dict[str, Any]]:
-    """Every live LM: weights, engine, dtype and the thread count its engine was given."""
-    out = []
-    for lm in live():
-        es = lm.info.get("engine_settings") or {}
-        out.append({"ref": lm.ref, "engine": lm.info.get("engine"), "dtype": lm.info.get("dtype"), **es})
-    return out
+def lm_entries(info: Any, role: str) -> list[dict[str, Any]]:
+    """Every LM in a ``describe()`` tree (a dict with ``engine`` and ``dtype``): its role, weights, engine, dtype."""
+    if isinstance(info, dict):
+        if "engine" in info and "dtype" in info:
+            return [{"role": role, "ref": info.get("ref"), "engine": info["engine"], "dtype": info["dtype"]}]
+        return [e for v in info.values() for e in lm_entries(v, role)]
+    if isinstance(info, list | tuple):
+        return [e for v in info for e in lm_entries(v, role)]
+    return []
+
+
+def variant_lms(method: Compressor, generator: Generator) -> list[dict[str, Any]]:
+    """The LMs a variant ran, once each: the generator's and its method's own (``describe()``, after the pass)."""
+    g = generator.describe()
+    found = [{**e, "ref": e["ref"] or (g.get("model") or {}).get("ref")} for e in lm_entries(g.get("lm"), "generator")]
+    found += lm_entries(method.describe(), "method")
+    return [dict(t) for t in dict.fromkeys(tuple(e.items()) for e in found)]
 
 
 def rows(s: Setup, times: dict[str, list[list[tuple[float, float]]]], common: dict[str, Any]) -> list[dict]:
@@ -201,7 +211,7 @@ def rows(s: Setup, times: dict[str, list[list[tuple[float, float]]]], common: di
             "compress_s_repeats": p["compress"],
             "online_s_repeats": p["online"],
             "total_s_repeats": p["total"],
-            "lms": lm_settings(),
+            "lms": variant_lms(s.methods[v], s.generator),
         }
         out.append(row)
     return out
