@@ -26,6 +26,10 @@ def main(argv: list[str] | None = None) -> int:
         default=MIN_N,
         help=f"rows with fewer records stay out of the shared-questions table (default {MIN_N})",
     )
+    p.add_argument(
+        "--headline",
+        help="the block to open on: GENERATOR or PROFILE/GENERATOR (default: the block of the newest run)",
+    )
     r = sub.add_parser("archive", help="copy the newest run of each key, slimmed, into a folder kept in git")
     r.add_argument("results", nargs="+", help="results roots")
     r.add_argument("dest", help="archive folder (leaderboard/runs)")
@@ -53,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.cmd == "publish":
         from leaderboard.publish import publish
 
-        for path in publish(a.results, a.out, a.resamples, a.seed, a.baseline, a.min_n):
+        for path in publish(a.results, a.out, a.resamples, a.seed, a.baseline, a.min_n, a.headline):
             print(path)
         return 0
     if a.cmd == "archive":

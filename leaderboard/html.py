@@ -1,8 +1,10 @@
 """One static, self-contained HTML page: inline CSS and JavaScript, plots embedded as base64 PNG, no network.
 
-The runs table sorts on a click on any header (numbers numerically, empty cells last) and is filtered by
-dataset, generator and profile (the filters also hide the plots of other generators and profiles). Every
-row links to its provenance entry further down the page (run folder, commit, config key, models, packages).
+The page opens on the headline block (Table 2, its SubEM-CR plot, its latency table, then its other tables);
+the grid of every run comes after it, folded behind its filters. The grid sorts on a click on any header
+(numbers numerically, empty cells last) and is filtered by dataset, generator and profile (the filters also
+hide the plots of other generators and profiles). Every row links to its provenance entry further down the
+page (run folder, commit, config key, models, packages). The other blocks follow under "Archive".
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import base64
 import html
 import json
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -68,7 +71,7 @@ COLUMNS = [  # (header, row -> (text, sort value or None), title)
     ("Profile", lambda r: (r.profile, None), ""),
     ("Generator", lambda r: (r.generator, None), ""),
     ("Dataset", lambda r: (label(r.dataset), None), ""),
-    ("Method", lambda r: (r.variant + (" (oracle)" if r.oracle else ""), None), ""),
+    ("Method", lambda r: (_method(r), None), "a variant that repeats another row for row is shown once: (= alias)"),
     ("n", lambda r: (fmt(r.n, "{:.0f}"), r.n), "examples"),
     ("SubEM", lambda r: (fmt(r.subem), r.subem), "%"),
     (
@@ -94,6 +97,12 @@ COLUMNS = [  # (header, row -> (text, sort value or None), title)
 ]
 
 
+def _method(r) -> str:
+    aliases = getattr(r, "aliases", None)
+    alias = f" (= {aliases})" if isinstance(aliases, str) and aliases else ""
+    return r.variant + alias + (" (oracle)" if r.oracle else "")
+
+
 def _delta(r) -> str:
     if r.d_subem is None or pd.isna(r.d_subem):
         return "-"
@@ -113,9 +122,14 @@ def _img(path: Path) -> str:
     return "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode()
 
 
+def _bold(text: str) -> str:
+    """Markdown's ``**best**`` (the tables' bold marks) as ``<strong>``."""
+    return re.sub(r"\*\*(.+?)\*\*", r'<strong class="best">\1</strong>', text)
+
+
 def _table_html(df: pd.DataFrame) -> str:
     head = "".join(f"<th>{_e(c)}</th>" for c in df.columns)
-    body = "".join("<tr>" + "".join(f"<td>{_e(v)}</td>" for v in row) + "</tr>" for row in df.astype(str).values)
+    body = "".join("<tr>" + "".join(f"<td>{_bold(_e(v))}</td>" for v in row) + "</tr>" for row in df.astype(str).values)
     return f'<div class="wide"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
 
 
@@ -149,15 +163,27 @@ def _prov(i: int, r) -> str:
     )
 
 
-def page(
-    rows: pd.DataFrame,
-    plots: list[tuple[str, str, Path]],
-    sections: list[tuple[str, str]],
-    title: str,
-    note: str,
-) -> str:
-    """``rows``: the collected table with uncertainty and latency columns; ``plots``: (profile, generator,
-    png); ``sections``: (heading, html) blocks appended after the plots (comparisons, the papers' tables)."""
+def section(heading: str, body: str, level: int = 2) -> str:
+    """A heading (``<h2>``..``<h4>``) and its body."""
+    level = min(max(level, 2), 6)
+    return f"<h{level}>{_e(heading)}</h{level}>{body}"
+
+
+def note(text: str) -> str:
+    """A paragraph of small print ('' for no text); Markdown backticks dropped."""
+    return f'<p class="note">{_e(text.strip().replace("`", ""))}</p>' if text.strip() else ""
+
+
+def figure(profile: str, generator: str, path: Path) -> str:
+    """A plot, embedded; the runs grid's generator and profile filters hide it with the rows of its block."""
+    return (
+        f'<figure data-group data-profile="{_e(profile)}" data-generator="{_e(generator)}"><img alt="{_e(path.stem)}" '
+        f'src="{_img(path)}"><figcaption>{_e(path.stem)}</figcaption></figure>'
+    )
+
+
+def _grid(rows: pd.DataFrame) -> str:
+    """Every run in one sortable table, folded behind its filters (a ``<details>`` opened on demand)."""
     trs = []
     for i, r in enumerate(rows.itertuples()):
         tds = []
@@ -174,25 +200,29 @@ def page(
         f'<label>{k} <select id="f-{k}">{_options(rows[k])}</select></label>'
         for k in ("dataset", "generator", "profile")
     )
-    figs = "".join(
-        f'<figure data-group data-profile="{_e(p)}" data-generator="{_e(g)}"><img alt="{_e(f.stem)}" '
-        f'src="{_img(f)}"><figcaption>{_e(f.stem)}</figcaption></figure>'
-        for p, g, f in plots
-    )
-    extra = "".join(f"<h2>{_e(h)}</h2>{body}" for h, body in sections)
+    return f"""<h2>All runs</h2>
+<details id="all-runs"><summary>Every run, every block ({len(rows)} rows): filter by dataset, generator and
+profile, sort on a header click</summary>
+<div class="filters">{filters}<span><span id="shown">{len(rows)}</span> of {len(rows)} runs shown</span></div>
+<div class="wide"><table id="runs"><thead><tr>{heads}</tr></thead><tbody>{"".join(trs)}</tbody></table></div>
+<p class="note">{DAGGER}: not significantly different from <code>full</code> (paired bootstrap over the same
+examples, 95%). Oracle rows read the gold answers. Click a header to sort.</p></details>"""
+
+
+def page(rows: pd.DataFrame, head: list[str], tail: list[str], title: str, note_text: str) -> str:
+    """``rows``: the collected table with uncertainty and latency columns (the runs grid); ``head``: HTML shown
+    first (the headline block: Table 2, its SubEM-CR plot, its latency table, ...); ``tail``: HTML after the
+    grid (the archive, the papers' tables)."""
     provs = "".join(_prov(i, r) for i, r in enumerate(rows.itertuples()))
     meta = json.dumps({"rows": len(rows)})
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{_e(title)}</title>
 <meta name="viewport" content="width=device-width,initial-scale=1"><style>{CSS}</style></head>
 <body data-meta='{_e(meta)}'>
-<h1>{_e(title)}</h1><p class="note">{_e(note)}</p>
-<div class="filters">{filters}<span><span id="shown">{len(rows)}</span> of {len(rows)} runs shown</span></div>
-<div class="wide"><table id="runs"><thead><tr>{heads}</tr></thead><tbody>{"".join(trs)}</tbody></table></div>
-<p class="note">{DAGGER}: not significantly different from <code>full</code> (paired bootstrap over the same
-examples, 95%). Oracle rows read the gold answers. Click a header to sort.</p>
-<h2>Plots</h2>{figs}
-{extra}
+<h1>{_e(title)}</h1><p class="note">{_e(note_text)}</p>
+{"".join(head)}
+{_grid(rows)}
+{"".join(tail)}
 <h2>Provenance</h2>{provs}
 <script>{JS}</script>
 </body></html>

@@ -1,9 +1,12 @@
 """``publish(results, out)``: collect runs, add uncertainty, write Markdown, CSV, LaTeX, plots, an HTML page.
 
 Files written under ``out``:
-- ``leaderboard.md``: per (profile, generator): CompSelect's Table 2 layout, the 95% intervals and paired
-  tests against ``full``, latency and break-even, our rows beside the paper's (difference, setting-tagged);
-  then the papers' numbers of every other setting, each in its own table.
+- ``leaderboard.md``: the headline (profile, generator) block first (``leaderboard.headline``: ``headline``, or
+  the block of the newest run), every other block after it under "Archive". Per block: CompSelect's Table 2
+  layout (a variant identical to another shown once, its alias named), the SubEM-CR plot, latency and
+  break-even, the 95% intervals and paired tests against ``full``, our rows beside the paper's (difference,
+  setting-tagged); then the papers' numbers of every other setting, each in its own table; ``NOTES.md`` beside
+  the runs is linked, not pasted.
   Table 2 appears twice: with every row at its own n, and re-scored on the questions its rows share
   (``leaderboard.matched``; rows under ``min_n`` records are left out and named).
   Then the empty contexts: per row and dataset, the share of questions whose context came back empty and the
@@ -12,11 +15,15 @@ Files written under ``out``:
   ``table2_shared_<profile>_<generator>.csv``, ``empty_contexts_<profile>_<generator>.csv``, ``latency.csv``,
   ``comparison_<profile>_<generator>.csv``, ``reference.csv`` (a copy of the papers' numbers).
 - ``subem_vs_cr_<profile>_<generator>.png``, ``latency_<profile>_<generator>.png``.
-- ``index.html``: one self-contained page.
+- ``latency_pass.csv``: the latency passes found under ``results`` (``latency-pass-*.jsonl``, written by
+  ``python -m tools.latency_pass``) with their figures against ``full`` (``leaderboard.passes``: within a pass and
+  CPU only); each block shows its newest pass as "Latency side by side", rows of other passes apart.
+- ``index.html``: one self-contained page, in the same order (the grid of every run folded behind its filters).
 """
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from dataclasses import dataclass, field
@@ -24,12 +31,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from leaderboard import html, plots, reference, stats, tables
+from leaderboard import html, passes, plots, reference, stats, tables
 from leaderboard.collect import collect
+from leaderboard.headline import aliases, mark_aliases, pick_headline
 from leaderboard.matched import MIN_N, matched
 from leaderboard.tables import fmt, label
 
-NOTES = "NOTES.md"  # beside the runs (leaderboard/runs/NOTES.md): appended to leaderboard.md
+NOTES = "NOTES.md"  # beside the runs (leaderboard/runs/NOTES.md): linked from leaderboard.md, never pasted
 
 
 def _slug(*parts: str) -> str:
@@ -186,33 +194,56 @@ def _latency_md(lat: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
 
 @dataclass
 class _Page:
-    """What ``publish`` writes, gathered block by block: Markdown parts, HTML sections, plots, files written."""
+    """What ``publish`` writes, gathered block by block: Markdown parts, HTML before the runs grid (the headline
+    block) and after it, plots, files written. ``depth`` shifts headings down a level (archived blocks)."""
 
     out: Path
     md: list[str] = field(default_factory=list)
-    sections: list[tuple[str, str]] = field(default_factory=list)
+    head: list[str] = field(default_factory=list)
+    tail: list[str] = field(default_factory=list)
     plot_files: list[tuple[str, str, Path]] = field(default_factory=list)
     written: list[Path] = field(default_factory=list)
+    depth: int = 0
+    archive: bool = False
+
+    def h(self, level: int, text: str) -> str:
+        """A Markdown heading at ``level`` (2: a block, 3: its sections), one deeper in the archive."""
+        return f"{'#' * (level + self.depth)} {text}"
+
+    def html(self, heading: str, body: str, level: int = 3) -> None:
+        (self.tail if self.archive else self.head).append(html.section(heading, body, level + self.depth))
 
 
-def _table2_block(page: _Page, full, shared, short, profile: str, gen: str, min_n: int, baseline: str) -> None:
-    """Table 2 (every row at its own n, then on shared questions), the empty contexts, its CSV and LaTeX."""
+def _alias_note(g: pd.DataFrame) -> str:
+    named = g.dropna(subset=["aliases"]).drop_duplicates("variant") if "aliases" in g else g.iloc[:0]
+    if named.empty:
+        return ""
+    pairs = "; ".join(
+        f"`{r.variant}` also stands for " + ", ".join(f"`{a}`" for a in r.aliases.split(", "))
+        for r in named.itertuples()
+    )
+    return (
+        f"\nShown once: {pairs} (the same prediction from the same context on every question both ran, on every "
+        "dataset: the same pipeline on this profile).\n"
+    )
+
+
+def _table2_block(page: _Page, full: pd.DataFrame, profile: str, gen: str, baseline: str) -> None:
+    """Table 2 at every row's own n (Markdown, HTML, CSV and LaTeX), its aliases named."""
     out, slug = page.out, _slug(profile, gen)
     g = full[(full.profile == profile) & (full.generator == gen)]
     t2 = tables.table2(full, profile, gen)
     head, rows = tables.table2_rows(t2)
     ns = sorted(set(g.n.dropna().astype(int)))
     samples = ", ".join(sorted(set(g["sample"].fillna("first")))) if "sample" in g else "first"
+    title = f"Table 2 layout (n = {', '.join(map(str, ns))} per dataset; sample: {samples})"
     page.md.append(
-        f"## Profile `{profile}`, generator `{gen}`\n\n### Table 2 layout (n = {', '.join(map(str, ns))}"
-        f" per dataset; sample: {samples})\n\n{tables.markdown(head, rows)}\n"
+        f"{page.h(2, f'Profile `{profile}`, generator `{gen}`')}\n\n{page.h(3, title)}\n\n"
+        f"{tables.markdown(head, rows)}\n{_alias_note(g)}"
     )
+    page.html(f"Profile {profile}, generator {gen}", "", level=2)
+    page.html(title, html.frame_html(pd.DataFrame(rows, columns=head)) + html.note(_alias_note(g)))
     tables.table2_csv(t2).to_csv(out / f"table2_{slug}.csv", index=False)
-    text, frame = _shared_md(shared, short, profile, gen, min_n, out / f"table2_shared_{slug}.csv", page.written)
-    page.md.append(text)
-    if frame is not None:
-        page.sections.append((f"Table 2 on shared questions — {profile} / {gen}", html.frame_html(frame)))
-    page.md.append(_empty_md(full, profile, gen, out / f"empty_contexts_{slug}.csv", page.written, page.sections))
     caption = (
         f"SubEM / F1 / CR, profile {profile}, generator {gen}; best in bold (oracles excluded); "
         f"† not significantly different from {baseline} (paired bootstrap, 95%)."
@@ -221,22 +252,109 @@ def _table2_block(page: _Page, full, shared, short, profile: str, gen: str, min_
     page.written += [out / f"table2_{slug}.csv", out / f"table2_{slug}.tex"]
 
 
-def _diagnostics_block(page: _Page, g: pd.DataFrame, profile: str, gen: str) -> None:
+def _shared_block(page: _Page, full, shared, short, profile: str, gen: str, min_n: int) -> None:
+    """Table 2 on the questions its rows share, then the empty contexts."""
+    slug = _slug(profile, gen)
+    text, frame = _shared_md(shared, short, profile, gen, min_n, page.out / f"table2_shared_{slug}.csv", page.written)
+    page.md.append(text.replace("### ", page.h(3, ""), 1))
+    if frame is not None:
+        page.html("Table 2 on shared questions", html.frame_html(frame))
+    sections: list[tuple[str, str]] = []
+    text = _empty_md(full, profile, gen, page.out / f"empty_contexts_{slug}.csv", page.written, sections)
+    page.md.append(text.replace("### ", page.h(3, ""), 1))
+    for heading, body in sections:
+        page.html(heading, body)
+
+
+def _diagnostics_block(page: _Page, g: pd.DataFrame) -> None:
     """The 95% intervals and paired tests, and the methods' own diagnostics."""
     uh, ur = _uncertainty_md(tables.uncertainty(g))
-    page.md.append(f"### Uncertainty\n\n{tables.markdown(uh, ur)}\n")
+    page.md.append(f"{page.h(3, 'Uncertainty')}\n\n{tables.markdown(uh, ur)}\n")
     diag = tables.diagnostics(g)
     if diag:
         page.md.append(
-            "### Method diagnostics\n\nWhat a method reports per example, averaged over the examples that "
-            "report it (CompSelect: the cascading errors of its Table 6 on the examples whose passages hold "
+            f"{page.h(3, 'Method diagnostics')}\n\nWhat a method reports per example, averaged over the examples "
+            "that report it (CompSelect: the cascading errors of its Table 6 on the examples whose passages hold "
             "a gold answer; EDC2: LLM calls and fallbacks per question).\n\n"
             + "\n".join(tables.markdown(h, r) for h, r in diag)
             + "\n"
         )
         for h, r in diag:
-            frame = html.frame_html(pd.DataFrame(r, columns=h))
-            page.sections.append((f"Method diagnostics — {profile} / {gen}", frame))
+            page.html("Method diagnostics", html.frame_html(pd.DataFrame(r, columns=h)))
+
+
+def _pass_rows(rows: pd.DataFrame, apart: bool) -> tuple[list[str], list[list[str]]]:
+    """A latency pass's table (``leaderboard.passes``): the headline pass's rows, or the rows shown apart."""
+    head = ["Method", "Dataset", "n × repeats", "compression s", "online s", "total s (spread)"]
+    head += (
+        ["pass", "cpu", "threads", "total vs full of its own pass"]
+        if apart
+        else [
+            "online_vs_full_ratio",
+            "total_vs_full_ratio",
+            "break-even",
+            "pays off",
+            "cpu",
+            "threads",
+            "LM dtypes",
+        ]
+    )
+    out = []
+    for r in rows.itertuples():
+        cells = [
+            r.variant,
+            label(r.dataset),
+            f"{fmt(r.n, '{:.0f}')} × {fmt(r.repeats, '{:.0f}')}",
+            fmt(r.compress_s, "{:.4f}"),
+            fmt(r.online_s, "{:.3f}"),
+            f"{fmt(r.total_s, '{:.3f}')} (±{fmt(r.total_s_spread, '{:.3f}')})",
+        ]
+        if apart:
+            cells += [r.pass_id, r.cpu, fmt(r.threads, "{:.0f}"), fmt(r.total_vs_full_ratio, "{:.2f}×")]
+        else:
+            ratio = lambda v, sp: f"{fmt(v, '{:.2f}×')} (±{fmt(sp, '{:.2f}')})"  # noqa: E731
+            cells += [
+                ratio(r.online_vs_full_ratio, r.online_vs_full_ratio_spread),
+                ratio(r.total_vs_full_ratio, r.total_vs_full_ratio_spread),
+                fmt(r.break_even, "{:.3f}"),
+                "-" if r.pays_off is None or pd.isna(r.pays_off) else ("yes" if r.pays_off else "no"),
+                r.cpu,
+                fmt(r.threads, "{:.0f}"),
+                passes.dtypes(r.lms),
+            ]
+        out.append(cells)
+    return head, out
+
+
+def _pass_block(page: _Page, all_passes: pd.DataFrame, profile: str, gen: str, baseline: str) -> None:
+    """Latency side by side: the block's newest latency pass (every row against the ``full`` of that pass, on
+    its CPU), then any row timed in another pass or on another CPU, apart."""
+    head, apart = passes.block_passes(all_passes, profile, gen)
+    if head.empty and apart.empty:
+        return
+    text = page.h(3, "Latency side by side (one pass, one machine)") + "\n\n"
+    if not head.empty:
+        r0 = head.iloc[0]
+        h, rows = _pass_rows(head, apart=False)
+        text += (
+            f"Pass `{r0.pass_id}` (`python -m tools.latency_pass`, {r0.finished_at}) on {r0.cpu}, {r0.threads} "
+            f"threads: every variant on the same {int(r0.n)} questions per dataset ({r0.get('sample', '?')}), one "
+            "at a time after warm-up, each as if unseen, the variants interleaved question by question, "
+            f"`{baseline}` in the same pass; the pass repeated {int(r0.repeats)} times. Seconds are means over "
+            "the repeats (± spread: max - min); the ratios to `full` and the break-even (compression s / "
+            "generation s saved against `full`) are computed within each repeat, then averaged.\n\n"
+            f"{tables.markdown(h, rows)}\n"
+        )
+        page.html("Latency side by side (one pass, one machine)", html.frame_html(pd.DataFrame(rows, columns=h)))
+    if not apart.empty:
+        h, rows = _pass_rows(apart, apart=True)
+        text += (
+            "\nTimed in another pass or on another CPU: shown apart, never compared with the pass above (the "
+            "last column compares a row only with the `full` of its own pass and CPU).\n\n"
+            f"{tables.markdown(h, rows)}\n"
+        )
+        page.html("Latency timed elsewhere (not compared)", html.frame_html(pd.DataFrame(rows, columns=h)))
+    page.md.append(text)
 
 
 def _latency_block(page: _Page, lat: pd.DataFrame, profile: str, gen: str, baseline: str) -> None:
@@ -245,21 +363,23 @@ def _latency_block(page: _Page, lat: pd.DataFrame, profile: str, gen: str, basel
     lh, lr = _latency_md(block)
     cost, summed, missing = tables.throughput_sum(block)
     page.md.append(
-        "### Latency and break-even\n\nTwo protocols, never mixed. Latency (compression, online = "
-        "generation, total) as the papers time it: seconds per example, one example at a time after "
-        "warm-up, on the first n questions of the dataset, each as if unseen (call cache bypassed, prefix "
-        "caches emptied); `none` where the run has no such sample. Break-even = compression time / "
-        f"generation time saved against `{baseline}` timed the same way (below 1 the compression pays for "
-        "itself). *Batched s*: compression + generation seconds per example in the accuracy pass at the "
-        "batch size shown (throughput), `mixed` where its records were timed at more than one batch size or "
-        "thread count (*timed at*: records per batch size b and thread count t; `?` = made before these "
-        "were kept).\n\n"
+        f"{page.h(3, 'Latency and break-even')}\n\nPer run: each row timed by its own run, on the machine "
+        "that made it (a latency pass above, where there is one, times them side by side). Two protocols, never "
+        "mixed. Latency (compression, online = generation, total) as the papers time it: seconds per example, "
+        "one example at a time after warm-up, on the first n questions of the dataset, each as if unseen (call "
+        "cache bypassed, prefix caches emptied); `none` where the run has no such sample. Break-even = "
+        f"compression time / generation time saved against `{baseline}` timed the same way on the same CPU "
+        "model at the same thread count (below 1 the compression pays for itself; `-` without such a run). "
+        "*Batched s*: compression + generation seconds per example in the accuracy pass at the batch size shown "
+        "(throughput), `mixed` where its records were timed at more than one batch size or thread count (*timed "
+        "at*: records per batch size b and thread count t; `?` = made before these were kept).\n\n"
         f"{tables.markdown(lh, lr)}\n\n"
         f"Cost of the block: the sum over its {summed} variants with a batched figure of their batched s per "
         f"question (mean over datasets) is **{cost:.2f} s**"
         + (f"; without one: {', '.join(f'`{v}`' for v in missing)}" if missing else "")
         + ".\n"
     )
+    page.html("Latency and break-even", html.frame_html(pd.DataFrame(lr, columns=lh)))
 
 
 def _comparison_block(page: _Page, full, ref, g: pd.DataFrame, profile: str, gen: str) -> None:
@@ -276,30 +396,25 @@ def _comparison_block(page: _Page, full, ref, g: pd.DataFrame, profile: str, gen
     )
     ch, cr_ = _comparison_md(cmp, tables.datasets(g))
     src = cmp.source.iloc[0]
-    page.md.append(
-        f"### Beside the paper: {src}, {paper_gen} (setting `compselect`; {tag})\n\n{tables.markdown(ch, cr_)}\n"
-    )
+    title = f"Beside the paper: {src}, {paper_gen} (setting `compselect`; {tag})"
+    page.md.append(f"{page.h(3, title)}\n\n{tables.markdown(ch, cr_)}\n")
     path = page.out / f"comparison_{_slug(profile, gen)}.csv"
     cmp.to_csv(path, index=False)
     page.written.append(path)
-    page.sections.append(
-        (
-            f"Beside the paper — {profile} / {gen}: {src}, {paper_gen} ({tag})",
-            html.frame_html(pd.DataFrame(cr_, columns=ch)),
-        )
-    )
+    page.html(title.replace("`", ""), html.frame_html(pd.DataFrame(cr_, columns=ch)))
 
 
-def _plots_block(page: _Page, full, lat, profile: str, gen: str) -> None:
-    """SubEM vs CR and the latency bars, as PNG files linked from the Markdown."""
-    for kind, fn in (("subem_vs_cr", plots.subem_vs_cr), ("latency", plots.latency_bars)):
-        path = page.out / f"{kind}_{_slug(profile, gen)}.png"
-        if fn(full if kind == "subem_vs_cr" else lat, profile, gen, path) is None:
-            path.unlink(missing_ok=True)  # a stale plot from an earlier publish
-            continue
-        page.plot_files.append((profile, gen, path))
-        page.md.append(f"![{kind} {profile} {gen}]({path.name})\n")
-        page.written.append(path)
+def _plot(page: _Page, kind: str, frame: pd.DataFrame, profile: str, gen: str) -> None:
+    """One plot (``subem_vs_cr`` or ``latency``) as a PNG, linked from the Markdown and embedded in the page."""
+    fn = plots.subem_vs_cr if kind == "subem_vs_cr" else plots.latency_bars
+    path = page.out / f"{kind}_{_slug(profile, gen)}.png"
+    if fn(frame, profile, gen, path) is None:
+        path.unlink(missing_ok=True)  # a stale plot from an earlier publish
+        return
+    page.plot_files.append((profile, gen, path))
+    page.md.append(f"![{kind} {profile} {gen}]({path.name})\n")
+    (page.tail if page.archive else page.head).append(html.figure(profile, gen, path))
+    page.written.append(path)
 
 
 def _reference_block(page: _Page, ref: pd.DataFrame) -> None:
@@ -311,7 +426,54 @@ def _reference_block(page: _Page, ref: pd.DataFrame) -> None:
     )
     for title, wide in reference.setting_tables(ref):
         page.md.append(f"### {title}\n\n{tables.markdown(list(wide.columns), wide.values.tolist())}\n")
-        page.sections.append((title, html.frame_html(wide)))
+        page.tail.append(html.section(title, html.frame_html(wide), 3))
+
+
+@dataclass
+class _Data:
+    """The tables every block is cut from."""
+
+    full: pd.DataFrame  # collected rows shown (aliases dropped) with uncertainty and latency columns
+    shared: pd.DataFrame
+    short: pd.DataFrame
+    lat: pd.DataFrame
+    ref: pd.DataFrame
+    passes: pd.DataFrame  # latency passes (tools.latency_pass), compared within a pass only
+
+
+def _block(page: _Page, d: _Data, profile: str, gen: str, baseline: str, min_n: int) -> None:
+    """One (profile, generator) block, in reading order: Table 2, the SubEM-CR plot, the latency table and its
+    plot, then Table 2 on shared questions, the empty contexts, the uncertainty, diagnostics and the paper."""
+    g = d.full[(d.full.profile == profile) & (d.full.generator == gen)]
+    _table2_block(page, d.full, profile, gen, baseline)
+    _plot(page, "subem_vs_cr", d.full, profile, gen)
+    _pass_block(page, d.passes, profile, gen, baseline)
+    _latency_block(page, d.lat, profile, gen, baseline)
+    _plot(page, "latency", d.lat, profile, gen)
+    _shared_block(page, d.full, d.shared, d.short, profile, gen, min_n)
+    _diagnostics_block(page, g)
+    _comparison_block(page, d.full, d.ref, g, profile, gen)
+
+
+def _intro(results, out: Path, n_runs: int, when: str, headline: tuple[str, str], resamples: int, baseline: str):
+    notes = Path(results) / NOTES
+    link = (
+        f" How the runs were made: [{NOTES}]({Path(os.path.relpath(notes, out)).as_posix()})."
+        if notes.is_file()
+        else ""
+    )
+    return (
+        f"# Leaderboard\n\nGenerated {when} by `python -m leaderboard publish {results} {out}` from "
+        f"{n_runs} runs (newest run of each method, dataset, generator and profile). It opens on the headline "
+        f"block, profile `{headline[0]}`, generator `{headline[1]}` (the block of the newest run unless "
+        "`--headline` names one); every other block is under *Archive* below it. SubEM, EM and F1 "
+        "in %, CR = original / compressed context tokens (ratio of sums, the generator's tokenizer). Best "
+        f"of each column in bold (oracle rows excluded; CR never for a row that kept nothing on more than half the "
+        f"questions, marked {tables.EMPTY}); {tables.DAGGER} = not significantly different from "
+        f"`{baseline}` (paired bootstrap over the same examples, {resamples} resamples, 95%). A variant that "
+        "repeats another row for row is shown once, its alias named. "
+        f"See `index.html` for the sortable page and every row's provenance.{link}\n"
+    )
 
 
 def publish(
@@ -321,54 +483,53 @@ def publish(
     seed: int = stats.SEED,
     baseline: str = "full",
     min_n: int = MIN_N,
+    headline: str | None = None,
 ) -> list[Path]:
+    """Write every output of the runs under ``results`` into ``out`` (see the module docstring); ``headline``
+    names the block to open on (``generator`` or ``profile/generator``; default: the block of the newest run)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     runs = collect(results)
     if runs.empty:
         raise SystemExit(f"no run folders (summary.json) under {results}")
+    runs = mark_aliases(runs, aliases(runs))
     runs = tables.ordered(stats.add_uncertainty(runs, baseline, resamples, seed))
-    shared, short = matched(runs, min_n)
+    shown = runs[runs.alias_of.isna()].reset_index(drop=True)
+    shared, short = matched(shown, min_n)
     shared = stats.add_uncertainty(shared, baseline, resamples, seed) if not shared.empty else shared
-    lat = tables.latency(runs, baseline)
-    full = runs.merge(
-        lat.drop(columns=["protocol", "latency_n", "latency_threads", "timed_at", "compress_s", "batched_at"]),
-        on=["profile", "generator", "dataset", "variant"],
-    )
-    ref = reference.load_reference()
+    lat = tables.latency(shown, baseline)
+    drop = ["protocol", "latency_n", "latency_threads", "timed_at", "compress_s", "batched_at"]
+    full = shown.merge(lat.drop(columns=drop), on=["profile", "generator", "dataset", "variant"])
+    d = _Data(full, shared, short, lat, reference.load_reference(), passes.compare(passes.read_passes(results)))
     page = _Page(out, written=[out / "runs.csv", out / "latency.csv", out / "reference.csv"])
-    full.to_csv(page.written[0], index=False)
+    if not d.passes.empty:
+        d.passes.to_csv(out / "latency_pass.csv", index=False)
+        page.written.append(out / "latency_pass.csv")
+    runs.merge(lat.drop(columns=drop), how="left", on=["profile", "generator", "dataset", "variant"]).to_csv(
+        page.written[0], index=False
+    )
     lat.to_csv(page.written[1], index=False)
-    ref.drop(columns=["value_text"]).to_csv(page.written[2], index=False)
+    d.ref.drop(columns=["value_text"]).to_csv(page.written[2], index=False)
 
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    page.md.append(
-        f"# Leaderboard\n\nGenerated {when} by `python -m leaderboard publish {results} {out}` from "
-        f"{len(runs)} runs (newest run of each method, dataset, generator and profile). SubEM, EM and F1 "
-        "in %, CR = original / compressed context tokens (ratio of sums, the generator's tokenizer). Best "
-        f"of each column in bold (oracle rows excluded; CR never for a row that kept nothing on more than half the "
-        f"questions, marked {tables.EMPTY}); {tables.DAGGER} = not significantly different from "
-        f"`{baseline}` (paired bootstrap over the same examples, {resamples} resamples, 95%). "
-        "See `index.html` for the sortable page and every row's provenance.\n"
-    )
-    for profile, gen in tables.groups(runs):
-        g = full[(full.profile == profile) & (full.generator == gen)]
-        _table2_block(page, full, shared, short, profile, gen, min_n, baseline)
-        _diagnostics_block(page, g, profile, gen)
-        _latency_block(page, lat, profile, gen, baseline)
-        _comparison_block(page, full, ref, g, profile, gen)
-        _plots_block(page, full, lat, profile, gen)
-    _reference_block(page, ref)
-    notes = Path(results) / NOTES
-    if notes.is_file():  # how the runs were made: the archive's own notes, kept with them
-        page.md.append(notes.read_text(encoding="utf-8").strip() + "\n")
+    top = pick_headline(shown, headline)
+    page.md.append(_intro(results, out, len(runs), when, top, resamples, baseline))
+    _block(page, d, *top, baseline, min_n)
+    rest = [b for b in tables.groups(shown) if b != top]
+    if rest:
+        page.md.append("## Archive\n\nThe other generators' blocks (older runs, or another profile), each as above.\n")
+        page.archive, page.depth = True, 1
+        page.tail.append(html.section("Archive", html.note("The other generators' blocks, each as above."), 2))
+        for profile, gen in rest:
+            _block(page, d, profile, gen, baseline, min_n)
+        page.archive, page.depth = False, 0
+    _reference_block(page, d.ref)
     (out / "leaderboard.md").write_text("\n".join(page.md), encoding="utf-8")
     note = (
-        f"Generated {when} from {len(runs)} runs under {results}. SubEM/EM/F1 in %; CR = original / "
-        "compressed context tokens; latency in seconds per example."
+        f"Generated {when} from {len(runs)} runs under {results}; headline: {top[0]} / {top[1]}. SubEM/EM/F1 in "
+        "%; CR = original / compressed context tokens; latency in seconds per example."
     )
     (out / "index.html").write_text(
-        html.page(full, page.plot_files, page.sections, "RAG context compression — leaderboard", note),
-        encoding="utf-8",
+        html.page(full, page.head, page.tail, "RAG context compression — leaderboard", note), encoding="utf-8"
     )
     return [out / "leaderboard.md", out / "index.html", *page.written]

@@ -76,6 +76,7 @@ class Table2:
     nonsig: pd.DataFrame
     oracle: pd.Series
     empty: pd.DataFrame  # per dataset: share of questions with an empty context
+    aliases: dict[str, str] | None = None  # variant -> the variants it also stands for (identical rows)
 
 
 def table2(df: pd.DataFrame, profile: str, generator: str) -> Table2:
@@ -102,7 +103,9 @@ def table2(df: pd.DataFrame, profile: str, generator: str) -> Table2:
         col = values.loc[eligible, c].dropna()
         if len(col) > 1:
             best.loc[col.index[col == col.max()], c] = True
-    return Table2(values, best, nonsig, oracle, empty)
+    named = g.dropna(subset=["aliases"]) if "aliases" in g else None
+    aliases = {} if named is None else dict(zip(named.variant, named.aliases, strict=True))
+    return Table2(values, best, nonsig, oracle, empty, aliases)
 
 
 def _cell(
@@ -120,8 +123,9 @@ def _cell(
     return s
 
 
-def _name(variant: str, oracle: bool) -> str:
-    return f"{variant} (oracle)" if oracle else variant
+def _name(variant: str, oracle: bool, alias: str | None = None) -> str:
+    name = f"{variant} (= {alias})" if alias else variant
+    return f"{name} (oracle)" if oracle else name
 
 
 def table2_rows(t: Table2, latex: bool = False) -> tuple[list[str], list[list[str]]]:
@@ -139,7 +143,7 @@ def table2_rows(t: Table2, latex: bool = False) -> tuple[list[str], list[list[st
             )
             for c in t.values.columns
         ]
-        rows.append([_name(v, bool(t.oracle[v])), *cells])
+        rows.append([_name(v, bool(t.oracle[v]), (t.aliases or {}).get(v)), *cells])
     return head, rows
 
 
@@ -247,7 +251,9 @@ def uncertainty(df: pd.DataFrame) -> pd.DataFrame:
 
 def latency(df: pd.DataFrame, baseline: str = "full") -> pd.DataFrame:
     """Per run: batch-1 compression, online and total latency and the break-even against ``baseline`` (only
-    against a baseline timed under the same protocol and thread count), and batched throughput apart."""
+    against a baseline timed under the same protocol and thread count on the same CPU model, ``hardware``), and
+    batched throughput apart."""
+    cpu = df["hardware"] if "hardware" in df else pd.Series(None, index=df.index, dtype=object)
     rows = []
     for r in df.itertuples():
         base = df[
@@ -257,6 +263,7 @@ def latency(df: pd.DataFrame, baseline: str = "full") -> pd.DataFrame:
             & (df.variant == baseline)
             & (df.latency_protocol == r.latency_protocol)
             & (df.latency_threads.fillna("") == ("" if pd.isna(r.latency_threads) else r.latency_threads))
+            & (cpu.fillna("") == ("" if pd.isna(getattr(r, "hardware", None)) else r.hardware))
         ]
         c, gen, tot = _num(r.compress_s), _num(r.generate_s), _num(r.total_latency_s)
         bgen = _num(base.generate_s.iloc[0]) if len(base) else None

@@ -305,7 +305,8 @@ def test_archive_keeps_slim_runs_that_publish_the_same_figures_and_accumulates_n
     assert (now.loc["bm25", "n"], now.loc["full", "n"], len(now)) == (4, 20, 5)
     (tmp_path / "runs" / "NOTES.md").write_text("## Notes on this snapshot\n\nmade by hand\n")
     publish(tmp_path / "runs", tmp_path / "out", resamples=50)
-    assert (tmp_path / "out" / "leaderboard.md").read_text().endswith("## Notes on this snapshot\n\nmade by hand\n")
+    md = (tmp_path / "out" / "leaderboard.md").read_text()
+    assert "[NOTES.md](../runs/NOTES.md)" in md and "made by hand" not in md  # linked, never pasted
 
 
 def test_read_predictions_takes_the_examples_of_the_summary(tmp_path):
@@ -692,3 +693,193 @@ def test_compare_prints_wins_losses_ties_and_the_differing_questions_of_two_publ
     assert out.count("A SubEM") == out.count("B SubEM") == len(c.differing()) and "ECHO" in out
     assert main(["compare", str(runs), "compselect", "nope", "--dataset", "nq"]) == 2
     assert "no profile/generator block" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------------ one headline
+def _twin(source: Path, variant: str) -> Path:
+    """A run of ``variant`` whose records repeat ``source``'s (same answers from the same contexts)."""
+    dest = source.parent / variant
+    dest.mkdir(parents=True)
+    for name in ("predictions.jsonl", "run.json"):
+        (dest / name).write_text((source / name).read_text())
+    (dest / ".hydra").mkdir()
+    (dest / ".hydra" / "hydra.yaml").write_text((source / ".hydra" / "hydra.yaml").read_text())
+    summary = json.loads((source / "summary.json").read_text())
+    (dest / "summary.json").write_text(json.dumps({**summary, "method": variant}))
+    return dest
+
+
+def test_aliases_are_found_from_the_records_and_need_every_dataset_to_agree(tmp_path):
+    from leaderboard.headline import aliases
+
+    grid(tmp_path, n=10, datasets=("nq", "triviaqa"))
+    for ds in ("nq", "triviaqa"):
+        _twin(tmp_path / "embedded" / "gen-a" / ds / "bm25", "bm25_v2")
+        _twin(tmp_path / "embedded" / "gen-a" / ds / "bm25", "bm25_half")
+    # bm25_half answers one triviaqa question from another context: not the same pipeline
+    f = tmp_path / "embedded" / "gen-a" / "triviaqa" / "bm25_half" / "predictions.jsonl"
+    recs = [json.loads(x) for x in f.read_text().splitlines()]
+    recs[3]["context"] = "another context"
+    f.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    found = aliases(collect(tmp_path))
+    assert found == {("embedded", "gen-a", "bm25_v2"): "bm25"}
+    # the same answers on a subset of the questions (a shorter run of the same pipeline) still make an alias
+    f = tmp_path / "embedded" / "gen-a" / "nq" / "bm25_v2" / "predictions.jsonl"
+    f.write_text("".join(f.read_text().splitlines(keepends=True)[:4]))
+    s = json.loads((f.parent / "summary.json").read_text())
+    (f.parent / "summary.json").write_text(json.dumps({**s, "n": 4}))
+    assert aliases(collect(tmp_path)) == found
+
+
+def test_publish_opens_on_the_headline_block_with_older_blocks_under_archive(tmp_path):
+    """The block of the newest run heads leaderboard.md and index.html (Table 2, SubEM-CR plot, latency);
+    the older block follows under "Archive"; a variant identical to another is shown once, its alias named."""
+    grid(tmp_path / "res", n=10, generator="gen-old", datasets=("nq",))
+    for r in (tmp_path / "res").rglob("summary.json"):
+        s = json.loads(r.read_text())
+        r.write_text(json.dumps({**s, "finished_at": "2026-11-01T10:00:00+0000"}))
+    grid(tmp_path / "res", n=10, generator="gen-new", datasets=("nq",))
+    _twin(tmp_path / "res" / "embedded" / "gen-new" / "nq" / "bm25", "bm25_v2")
+    publish(tmp_path / "res", tmp_path / "out", resamples=50)
+    md = (tmp_path / "out" / "leaderboard.md").read_text()
+    heads = [ln for ln in md.splitlines() if ln.startswith("#")]
+    assert heads[:2] == ["# Leaderboard", "## Profile `embedded`, generator `gen-new`"]
+    assert heads[2].startswith("### Table 2 layout") and heads[3] == "### Latency and break-even"
+    table2, plot = md.index(heads[2]), md.index("![subem_vs_cr embedded gen-new]")
+    assert table2 < plot < md.index(heads[3])
+    archive_at, old_at = heads.index("## Archive"), heads.index("### Profile `embedded`, generator `gen-old`")
+    assert 3 < archive_at < old_at and heads[old_at + 1].startswith("#### Table 2 layout")
+    assert md.count("| bm25 (= bm25_v2) |") == 1 and "| bm25_v2 " not in md and "| bm25 |" in md  # old block
+    assert "`bm25` also stands for `bm25_v2`" in md
+    runs = pd.read_csv(tmp_path / "out" / "runs.csv")
+    assert runs.set_index(["generator", "variant"]).loc[("gen-new", "bm25_v2"), "alias_of"] == "bm25"
+    page = (tmp_path / "out" / "index.html").read_text()
+    order = [
+        page.index(x)
+        for x in (
+            "<h2>Profile embedded, generator gen-new",
+            "subem_vs_cr_embedded_gen-new",
+            "<h3>Latency and break-even",
+            '<details id="all-runs">',
+            "<h2>Archive",
+        )
+    ]
+    assert order == sorted(order) and page.count("bm25 (= bm25_v2)") == 2  # Table 2 and the runs grid
+    assert '<strong class="best">60.00</strong>' in page and "**60.00**" not in page  # bold as HTML
+    # an explicit choice wins over the newest
+    publish(tmp_path / "res", tmp_path / "out2", resamples=50, headline="gen-old")
+    heads = [ln for ln in (tmp_path / "out2" / "leaderboard.md").read_text().splitlines() if ln.startswith("#")]
+    assert heads[1] == "## Profile `embedded`, generator `gen-old`"
+    with pytest.raises(SystemExit, match="names no block"):
+        publish(tmp_path / "res", tmp_path / "out3", resamples=50, headline="gen-none")
+
+
+# ------------------------------------------------------------------------------------------ latency passes
+def pass_row(variant: str, online: list[float], compress: float = 0.0, **kw) -> dict:
+    """One row of a ``tools.latency_pass`` file, its per-repeat seconds given (the file's own ratios are left
+    wrong on purpose: the leaderboard recomputes them within the pass)."""
+    total = [compress + o for o in online]
+    row = {
+        "pass_id": "p1",
+        "cpu": "Intel Xeon, native bf16 (amx_bf16)",
+        "threads": 2,
+        "repeats": len(online),
+        "profile": "embedded",
+        "generator": "gen-a",
+        "dataset": "nq",
+        "sample": "shuffled seed 0",
+        "variant": variant,
+        "n": 20,
+        "compress_s": compress,
+        "online_s": sum(online) / len(online),
+        "total_s": sum(total) / len(total),
+        "total_s_spread": max(total) - min(total),
+        "online_s_repeats": online,
+        "total_s_repeats": total,
+        "online_vs_full_ratio": 99.0,
+        "total_vs_full_ratio": 99.0,
+        "lms": [{"ref": "embedded:smollm2-135m-instruct", "engine": "vllm", "dtype": "float32"}],
+        "finished_at": "2026-11-28T10:00:00+0000",
+    }
+    return {**row, **kw}
+
+
+def write_pass(path: Path, rows: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_latency_pass_rows_are_compared_only_with_full_of_their_own_pass_and_cpu(tmp_path):
+    from leaderboard import passes
+
+    epyc = {"pass_id": "p2", "cpu": "AMD EPYC, AVX2 only", "finished_at": "2026-11-27T10:00:00+0000"}
+    write_pass(
+        tmp_path / "latency" / "latency-pass-a.jsonl",
+        [pass_row("full", [1.0, 1.2]), pass_row("bm25", [0.5, 0.9], compress=0.1)],
+    )
+    write_pass(
+        tmp_path / "latency" / "latency-pass-b.jsonl",
+        [
+            pass_row("full", [3.0, 3.0], **epyc),
+            pass_row("refiner", [0.2, 0.2], compress=2.0, **epyc),
+            pass_row("edc2", [0.2, 0.2], compress=2.0, **{**epyc, "pass_id": "p3"}),  # its pass timed no full
+            pass_row("exit", [0.4, 0.4], compress=0.1, cpu="AMD EPYC, AVX2 only"),  # pass p1 on another CPU
+        ],
+    )
+    df = passes.compare(passes.read_passes(tmp_path)).set_index(["pass_id", "variant"])
+    bm25 = df.loc[("p1", "bm25")]
+    assert bm25.compared and bm25.online_vs_full_ratio == pytest.approx((0.5 / 1.0 + 0.9 / 1.2) / 2)
+    assert bm25.total_vs_full_ratio == pytest.approx((0.6 / 1.0 + 1.0 / 1.2) / 2)
+    assert bm25.online_vs_full_ratio_spread == pytest.approx(0.9 / 1.2 - 0.5)
+    assert bm25.generation_saved_s == pytest.approx(0.4) and bm25.break_even == pytest.approx(0.1 / 0.4)
+    assert df.loc[("p1", "full"), "online_vs_full_ratio"] == 1.0 and pd.isna(df.loc[("p1", "full"), "pays_off"])
+    assert df.loc[("p2", "refiner"), "compared"] and df.loc[("p2", "refiner"), "total_vs_full_ratio"] == 2.2 / 3
+    for key in (("p3", "edc2"), ("p1", "exit")):  # never against the full of another pass or another CPU
+        assert not df.loc[key, "compared"] and pd.isna(df.loc[key, "online_vs_full_ratio"])
+        assert pd.isna(df.loc[key, "break_even"])
+    head, apart = passes.block_passes(passes.compare(passes.read_passes(tmp_path)), "embedded", "gen-a")
+    assert set(head.variant) == {"full", "bm25"} and set(head.cpu) == {"Intel Xeon, native bf16 (amx_bf16)"}
+    assert set(zip(apart.pass_id, apart.variant, strict=True)) == {
+        ("p2", "full"),
+        ("p2", "refiner"),
+        ("p3", "edc2"),
+        ("p1", "exit"),
+    }
+
+
+def test_publish_shows_the_newest_pass_side_by_side_and_other_cpus_apart(tmp_path):
+    grid(tmp_path / "res", n=10, datasets=("nq",))
+    epyc = {"pass_id": "p2", "cpu": "AMD EPYC, AVX2 only"}
+    write_pass(
+        tmp_path / "res" / "latency" / "latency-pass-a.jsonl",
+        [
+            pass_row("full", [1.0, 1.0]),
+            pass_row("bm25", [0.5, 0.5], compress=0.1),
+            pass_row("naive", [0.3, 0.3], **epyc),
+        ],
+    )
+    publish(tmp_path / "res", tmp_path / "out", resamples=50)
+    md = (tmp_path / "out" / "leaderboard.md").read_text()
+    side = md.index("### Latency side by side (one pass, one machine)")
+    assert side < md.index("### Latency and break-even")
+    assert (
+        "| bm25 | NQ | 20 × 2 | 0.1000 | 0.500 | 0.600 (±0.000) | 0.50× (±0.00) | 0.60× (±0.00) | 0.200 | yes |" in md
+    )
+    assert "| Intel Xeon, native bf16 (amx_bf16) | 2 | smollm2-135m-instruct float32 |" in md
+    apart = md.index("shown apart, never compared")
+    assert (
+        apart > side
+        and "| naive | NQ | 20 × 2 | 0.0000 | 0.300 | 0.300 (±0.000) | p2 | AMD EPYC, AVX2 only | 2 | - |" in md
+    )
+    csv = pd.read_csv(tmp_path / "out" / "latency_pass.csv").set_index("variant")
+    assert csv.loc["bm25", "online_vs_full_ratio"] == 0.5 and not csv.loc["naive", "compared"]
+
+
+def test_per_run_break_even_needs_full_timed_on_the_same_cpu(tmp_path):
+    grid(tmp_path, n=10, datasets=("nq",))
+    folder = tmp_path / "embedded" / "gen-a" / "nq" / "bm25"
+    s = json.loads((folder / "summary.json").read_text())
+    (folder / "summary.json").write_text(json.dumps({**s, "hardware": {"cpu": "AMD EPYC 7B13"}}))
+    lat = tables.latency(collect(tmp_path)).set_index("variant")
+    assert pd.isna(lat.loc["bm25", "break_even"]) and pd.isna(lat.loc["bm25", "total_vs_full_s"])
+    assert lat.loc["bm25", "total_s"] == pytest.approx(0.25)  # its own seconds are kept

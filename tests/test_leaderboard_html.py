@@ -83,6 +83,14 @@ def test_page_renders_offline_sorts_filters_and_links_provenance(browser, page_f
     assert not errors
     assert all(u.startswith(("file:", "data:")) for u in requests), requests  # nothing from the network
 
+    # opens on the headline block (gen-a: the first of equally new blocks): its Table 2, then its plots; the
+    # grid of every run is folded behind its filters, and the other blocks come under "Archive"
+    assert page.inner_text("h2 >> nth=0") == "Profile embedded, generator gen-a"
+    assert page.locator("h2:text-is('Archive')").is_visible() and not page.locator("#runs").is_visible()
+    page.screenshot(path=str(tmp_path / "opening.png"), full_page=False)
+    page.click("#all-runs summary")
+    assert page.locator("#runs").is_visible()
+
     # renders: 4 methods x (2 + 1) dataset/generator pairs + the paper-profile run; two plots (SubEM-CR,
     # latency) per profile/generator pair, every one decoded
     assert page.locator("#runs tbody tr").count() == 13 and page.inner_text("#shown") == "13"

@@ -1,0 +1,99 @@
+"""Latency passes (the JSON lines ``python -m tools.latency_pass`` writes): read, and compared only within a pass.
+
+A pass times every variant on one machine, on the same questions, interleaved, with ``full`` as reference, and
+repeats itself (``repeats``). Here a row's figures against ``full`` (``online_vs_full_ratio``,
+``total_vs_full_ratio``, generation saved, break-even) are recomputed from the per-repeat seconds, repeat by repeat,
+and only against the ``full`` row of the **same pass** (``pass_id``) on the **same CPU** (``cpu``: model name and
+native bf16 or AVX2 only) at the same thread count; a row without one keeps its seconds and gets no figure against
+``full`` (``compared`` false). Files are found by name, ``latency-pass-*.jsonl``, anywhere under a results root
+(``leaderboard/runs/latency/`` for the snapshot). Nothing here loads a model.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from harness.records import read_jsonl
+
+PATTERN = "latency-pass-*.jsonl"
+SAME = ("profile", "generator", "dataset", "pass_id", "cpu", "threads")  # what a row and its full row share
+COMPARED = ("online_vs_full_ratio", "total_vs_full_ratio", "generation_saved_s", "break_even", "pays_off")
+
+
+def read_passes(root: str | Path) -> pd.DataFrame:
+    """Every row of every latency-pass file under ``root`` (empty when none), with the file it came from."""
+    rows = [{**r, "file": str(f)} for f in sorted(Path(root).rglob(PATTERN)) for r in read_jsonl(f)]
+    return pd.DataFrame(rows)
+
+
+def _spread(values: Sequence[float]) -> tuple[float | None, float | None]:
+    """Mean and spread (max - min) over the repeats."""
+    return (statistics.fmean(values), max(values) - min(values)) if values else (None, None)
+
+
+def _figures(row: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]:
+    """The row's figures against its pass's ``full`` row, repeat by repeat (a repeat where either lacks a time
+    is left out)."""
+    pairs = {
+        k: [
+            (x, y)
+            for x, y in zip(row[f"{k}_s_repeats"], base[f"{k}_s_repeats"], strict=True)
+            if x is not None and y is not None
+        ]
+        for k in ("online", "total")
+    }
+    out: dict[str, Any] = {}
+    for k, ps in pairs.items():
+        out[f"{k}_vs_full_ratio"], out[f"{k}_vs_full_ratio_spread"] = _spread([x / y for x, y in ps if y])
+    saved = [y - x for x, y in pairs["online"]]
+    out["generation_saved_s"] = statistics.fmean(saved) if saved else None
+    c, g = row.get("compress_s"), out["generation_saved_s"]
+    out["break_even"] = c / g if c is not None and g is not None and g > 0 else None
+    is_base = row["variant"] == base["variant"]
+    out["pays_off"] = None if is_base or c is None or g is None else bool(g > 0 and c < g)
+    return out
+
+
+def compare(passes: pd.DataFrame, baseline: str = "full") -> pd.DataFrame:
+    """``passes`` with ``compared`` and the figures against ``baseline`` (``COMPARED`` and the ratio spreads),
+    each row only against the baseline row of its own pass, CPU and thread count (None otherwise)."""
+    if passes.empty:
+        return passes
+    recs = passes.to_dict("records")
+    base = {tuple(r[k] for k in SAME): r for r in recs if r["variant"] == baseline}
+    out = []
+    for r in recs:
+        b = base.get(tuple(r[k] for k in SAME))
+        figures = _figures(r, b) if b is not None else dict.fromkeys(COMPARED)
+        if b is None:
+            figures.update(online_vs_full_ratio_spread=None, total_vs_full_ratio_spread=None)
+        out.append({**r, **figures, "compared": b is not None})
+    return pd.DataFrame(out)
+
+
+def block_passes(passes: pd.DataFrame, profile: str, generator: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """A block's headline pass (the newest pass that timed the baseline: its rows, compared) and every other row
+    of the block (other passes or CPUs: shown apart, never compared with the headline pass)."""
+    if passes.empty:
+        return passes, passes
+    g = passes[(passes.profile == profile) & (passes.generator == generator)]
+    timed = g[g.compared]
+    if timed.empty:
+        return g.iloc[:0], g
+    newest = timed.sort_values("finished_at").pass_id.iloc[-1]
+    head = g[(g.pass_id == newest) & g.compared]
+    return head, g.drop(head.index)
+
+
+def dtypes(lms: Any) -> str:
+    """``[role] ref dtype`` of every LM a row ran (``lms``), short names, once each."""
+    if not isinstance(lms, list):
+        return "-"
+    role = lambda m: f"{m['role']} " if m.get("role") else ""  # noqa: E731
+    names = {f"{role(m)}{str(m.get('ref', '?')).split(':')[-1].split('/')[-1]} {m.get('dtype')}" for m in lms}
+    return ", ".join(sorted(names)) or "-"
