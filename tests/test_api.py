@@ -77,7 +77,7 @@ def test_api_and_cli_share_the_run_folder_and_resume_each_other(tmp_path):
     cli_args = ["latency.samples=0", f"results_dir={tmp_path}", "progress=false"]
 
     first = harness.evaluate("bm25", "nq", limit=2, overrides=fast, **common)
-    folder = tmp_path / "embedded" / "smollm2-135m-instruct" / "nq" / "bm25"
+    folder = tmp_path / "embedded" / "smollm2-135m-instruct-documents_first-unlabelled" / "nq" / "bm25"
     assert first.folder == folder
     assert first.summary["run"]["examples_computed"] == 2 and len(first.records) == 2
     assert {"config.yaml", "overrides.yaml", "hydra.yaml"} <= {p.name for p in (folder / ".hydra").iterdir()}
