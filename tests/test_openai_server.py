@@ -202,7 +202,13 @@ def test_served_answers_equal_the_in_process_vllm_engine(uninterrupted, tmp_path
         "full",
         "nq",
         limit=LIMIT,
-        overrides=["generator=smollm2_vllm", "generator.dtype=float32"],
+        # the server generator's prompt (the paper's) on both sides
+        overrides=[
+            "generator=smollm2_vllm",
+            "generator.dtype=float32",
+            "generator.prompt=paper",
+            "generator.answer=paper",
+        ],
         batch_size=BATCH,
         latency={"samples": 0},
         progress=False,

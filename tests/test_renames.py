@@ -40,7 +40,9 @@ def test_a_published_run_of_a_moved_method_keeps_its_key(variant):
     run = json.loads((RUNS / variant / SHUFFLED / "run.json").read_text())
     published = run["config"]
     overrides = [f"method={variant}", "dataset=nq", "dataset.sample=shuffled", "dataset.seed=0"]
-    here = key_config(compose_config("config", [*overrides, "generator=smollm2_vllm"], profile_env=False))
+    # as the published block was made: SmolLM2 on vLLM asked with the paper's prompt, the methods' LMs at dtype auto
+    then = ["generator=smollm2_vllm", "generator.prompt=paper", "generator.answer=paper", "models.lm_dtype=auto"]
+    here = key_config(compose_config("config", [*overrides, *then], profile_env=False))
     # the folders the published run was made in: the checkout (its CompSelect artifacts) and the data
     repo_then = published["models"]["compselect"]["artifacts"].removesuffix("/methods/compselect/artifacts/embedded")
     data_then = published["dataset"]["path"].removesuffix("/nq/test.jsonl.gz")
