@@ -18,6 +18,7 @@ from methods.compselect.prompts import OUTPUTS, extractor_messages, truncator_me
 from methods.compselect.truncator import truncator_decision
 
 TRUNCATIONS = ("adaptive", "none", "random")
+REMAKE = "python -m methods.compselect.train"  # what re-makes the adapters (README)
 
 
 @dataclass
@@ -129,16 +130,17 @@ class CompSelect(Compressor):
         super().bind(env)
         from pathlib import Path
 
+        from harness.artifacts import ArtifactError, check_artifact
         from harness.lm import get_lm
 
         adapters: dict[str, str | None] = {"extractor": self.extractor}  # None: the un-tuned LM
         if self.truncation == "adaptive":
             adapters["truncator"] = self.truncator
         for name, path in adapters.items():
+            if path:  # checked against its manifest before it loads (harness.artifacts)
+                check_artifact(path, REMAKE)
             if path and not (Path(path) / "adapter_config.json").is_file():
-                raise FileNotFoundError(
-                    f"LoRA adapter {name!r} not found at {path}: train it with `python -m methods.compselect.train`"
-                )
+                raise ArtifactError(f"LoRA adapter {name!r} not found at {path}: train it with `{REMAKE}`")
             self.lms[name] = get_lm(
                 self.lm_ref,
                 engine=self.engine,

@@ -35,6 +35,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from harness.protocols import Compressor, MethodEnv
@@ -110,6 +111,11 @@ class Exit(Compressor):
             return
         from harness.lm import get_lm
 
+        if self.adapter and Path(self.adapter).exists():  # a local adapter (not a hub id): checked first
+            from harness.artifacts import check_artifact
+            from methods.exit.classifier import REMAKE
+
+            check_artifact(self.adapter, REMAKE)
         self.lm = get_lm(
             self.model_ref,
             engine=self.engine,
