@@ -77,6 +77,20 @@ class ByteEstimate:
         return [0] * sum(self.count(m["content"]) + self.PER_MESSAGE for m in messages)
 
 
+class TokenizerView:
+    """A bare tokenizer as the ``lm`` of this module's functions, for a model the model layer loads as an encoder
+    (EXIT's cross-encoder) or a scorer run by a package (LongLLMLingua's); text prompts only."""
+
+    def __init__(self, tokenizer: Any, ref: str = "tokenizer", context_length: int = 0) -> None:
+        self.tokenizer, self.ref, self.context_length = tokenizer, ref, context_length
+
+    def count(self, text: str) -> int:
+        return len(self.tokenizer(text, add_special_tokens=False)["input_ids"]) if text else 0
+
+    def encode(self, text: str, special: bool = True) -> list[int]:
+        return list(self.tokenizer(text, add_special_tokens=special)["input_ids"])
+
+
 def budget(lm: Any, max_new_tokens: int) -> int:
     """Prompt tokens ``lm`` can take while leaving room for ``max_new_tokens``."""
     return max(int(lm.context_length) - int(max_new_tokens), 1)
