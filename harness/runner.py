@@ -488,4 +488,7 @@ def format_summary(s: dict[str, Any]) -> str:
     if s.get("kept_nothing"):
         k = round(s["kept_nothing"] * s["n"])
         out.append(f"kept nothing (empty context, closed-book answer) on {k}/{s['n']} examples")
+    if s.get("truncated_examples"):
+        stages = ", ".join(f"{k} {v['examples']}" for k, v in (s.get("truncated") or {}).items())
+        out.append(f"prompts cut to fit their model on {s['truncated_examples']}/{s['n']} examples ({stages})")
     return "\n".join(out)

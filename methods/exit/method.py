@@ -56,6 +56,14 @@ def build_user(query: str, context: str, sentence: str) -> str:
     return f"Query:\n{query}\nFull context:\n{context}{SENTENCE_MARK}{sentence}\n{QUESTION}"
 
 
+def head_words(text: str, n: int) -> str:
+    """The first ``n`` space-separated pieces of ``text``: more than a ``n // 2``-token window of a WordPiece
+    tokenizer (a word is at least one token) sees, so the window is the same and a passage of any length costs
+    its first ``n`` words to tokenise, not all of it per sentence."""
+    pieces = text.split(" ", n)
+    return text if len(pieces) <= n else " ".join(pieces[:n])
+
+
 def add_cut(total: dict[str, int], passage: dict[str, int]) -> None:
     """Add one passage's cut to its example's: passages' documents add up; the question is cut alike in each."""
     if passage.get("documents"):
@@ -172,18 +180,19 @@ class Exit(Compressor):
         head and the per-sentence tail, fitted to ``max_length`` by the model layer's rule (``harness.lm.fit``):
         the passage is cut from its end first (by whole sentences where possible), then the query and the
         sentence (the question part) when they alone overflow. What was cut is added to ``self._cut``."""
-        from harness.lm.fit import cut_text
+        from harness.lm.fit import TokenizerView, cut_text
 
         tok = self.tokenizer
+        view = TokenizerView(tok)  # no LM needed: training encodes with the tokenizer alone (use_tokenizer)
         head, tail, special = self.head_tail
         mark, rest = tail.split("{sentence}")
         probe = tok.encode("Yes", add_special_tokens=True) if special else [self.yes_id]  # BOS/EOS it adds
         at = probe.index(self.yes_id)
         fixed = len(probe) - 1 + len(tok.encode(head.replace("{query}", "") + mark + rest, add_special_tokens=False))
-        over = fixed + self.lm.count(query) + self.lm.count(sentence) - self.limit + 1
+        over = fixed + view.count(query) + view.count(sentence) - self.limit + 8  # a margin for the joins
         if over > 0:  # the question part alone overflows: cut the query, then the sentence
             for name, text in (("query", query), ("sentence", sentence)):
-                kept, n = cut_text(self.lm, text, min(over, self.lm.count(text)))
+                kept, n = cut_text(view, text, min(over, view.count(text)))
                 query, sentence = (kept, sentence) if name == "query" else (query, kept)
                 self._note("question", n)
                 over -= n
@@ -195,7 +204,7 @@ class Exit(Compressor):
         ctx = tok.encode(context, add_special_tokens=False)
         budget = max(self.limit - (len(probe) - 1) - len(pre) - len(mid) - len(post), 0)
         if len(ctx) > budget:  # the passage from its end
-            kept, n = cut_text(self.lm, context, len(ctx) - budget)
+            kept, n = cut_text(view, context, len(ctx) - budget)
             ctx = tok.encode(kept, add_special_tokens=False)[:budget]
             self._note("documents", n)
         return probe[:at] + pre + ctx + mid, post + probe[at + 1 :]
@@ -263,7 +272,8 @@ class Exit(Compressor):
                 jobs.append((ei, questions[ei], context, group))
         cands = [c for _, _, _, group in jobs for c in group]
         if self.cross is not None:
-            scores = self.cross.score([(q, c.text, ctx) for _, q, ctx, group in jobs for c in group])
+            window = lambda ctx: head_words(ctx, 2 * self.max_length)  # noqa: E731
+            scores = self.cross.score([(q, c.text, window(ctx)) for _, q, ctx, group in jobs for c in group])
         else:
             prompts = []
             for ei, q, ctx, group in jobs:
