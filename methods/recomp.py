@@ -114,7 +114,8 @@ class RecompAbstractive(Compressor):
         """Summaries (and their token counts) of RECOMP inputs, each cut to its first ``max_input_tokens`` (the
         T5 compressor's input window): the question comes first, so this cuts the documents from their end, and
         the question only when it alone overflows (the model layer's rule, ``harness.lm.fit``); ``self._cuts``
-        records what was cut per input. The prompt then fits the LM (``fit_ids`` as a last resort)."""
+        records a cut of the question (and so of every document) per input. The prompt then fits the LM
+        (``fit_ids`` as a last resort)."""
         lm = self._lm
         prompts, self._cuts = [], []
         for text in inputs:
@@ -123,8 +124,8 @@ class RecompAbstractive(Compressor):
             if len(ids) > self.max_input_tokens:
                 head = lm.count(text.split("\n Document: ")[0])  # "Question: ..." (approximately)
                 question = max(head - self.max_input_tokens, 0)
-                cut = {"documents": len(ids) - max(head, self.max_input_tokens), "question": question}
-                cut = {k: v for k, v in cut.items() if v > 0}
+                if question:  # the documents cut alone are the method's design (its input window): not recorded
+                    cut = {"documents": len(ids) - head, "question": question}
                 text = lm.tokenizer.decode(ids[: self.max_input_tokens])
             self._cuts.append(cut)
             msgs = [{"role": "system", "content": self.instruction}, {"role": "user", "content": text}]

@@ -122,3 +122,20 @@ def test_the_csm_remake_command_names_the_heads_training():
         remake_command("x/csm_e2e_passage_tqa")
         == "python -m methods.csm.train --config-name train/csm_e2e dataset=triviaqa"
     )
+
+
+@pytest.mark.slow
+def test_the_command_line_stops_before_any_example_with_one_line(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    head, damaged, remake = copy_artifact(tmp_path, "csm_st_head")
+    damaged.write_bytes(damaged.read_bytes()[:100])
+    cmd = [sys.executable, "-m", "harness", "method=csm", "dataset=nq", "limit=2", f"method.weights={head}"]
+    cmd += ["generator=smollm2_transformers", f"results_dir={tmp_path / 'results'}", "latency.samples=0"]
+    r = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600, env={**os.environ})
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    line = r.stderr.strip().splitlines()[-1]
+    assert line.startswith(f"error: {damaged}: SHA-256 does not match its manifest: expected ") and remake in line
+    assert all(p.stat().st_size == 0 for p in (tmp_path / "results").rglob("predictions.jsonl"))  # none ran

@@ -40,7 +40,8 @@ def extractor_input(
     """The Table 9 prompt over the sentences of the example's passages, dropping trailing sentences (last
     passage first) until the chat-formatted prompt fits ``max_input_tokens`` (the authors truncate the input
     at 2048) and the LM's context with ``max_new_tokens`` to spare; a question that alone overflows is cut then
-    (the model layer's rule, ``harness.lm.fit``). ``truncated``: the tokens cut per part."""
+    (the model layer's rule, ``harness.lm.fit``). ``truncated``: the tokens cut per part where the engine forced
+    it (the question, or documents beyond the method's own window)."""
     from harness.lm.fit import budget, fit_prompt
 
     per_passage = passage_sentences(example.passages)
@@ -56,8 +57,8 @@ def extractor_input(
                 docs.append(" ".join(take))
         return extractor_messages(question, docs)
 
-    room = budget(lm, max_new_tokens)
-    room = min(room, int(max_input_tokens)) if max_input_tokens else room
+    engine = budget(lm, max_new_tokens)
+    room = min(engine, int(max_input_tokens)) if max_input_tokens else engine
     shown = len(flat)
     messages = build(shown)
     total = len(lm.encode_chat(messages))
@@ -68,7 +69,10 @@ def extractor_input(
             over -= lm.count(flat[shown]) + 1
         messages = build(shown)
         total = len(lm.encode_chat(messages))
-    cut = {"documents": sum(lm.count(s) for s in flat[shown:])} if shown < len(flat) else {}
+    # the documents cut by the method's own window (max_input_tokens) are its design (meta.sentences_shown); a
+    # cut that the engine's context forced is recorded
+    forced = shown < len(flat) and room == engine and not (max_input_tokens and engine == int(max_input_tokens))
+    cut = {"documents": sum(lm.count(s) for s in flat[shown:])} if forced else {}
     if total > room:  # the question alone overflows
         fit = fit_prompt(lm, lambda question: build(0, question), {"question": example.question}, max_new_tokens)
         messages, cut = fit.prompt, {**cut, **fit.cut}
