@@ -135,3 +135,12 @@ def stub_server():
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{srv.server_port}/v1"
     srv.shutdown()
+
+
+def test_an_id_prompt_that_still_overflows_keeps_its_head_and_tail_in_the_model_layer(lm, caplog):
+    ids = list(range(9_000))
+    with caplog.at_level("WARNING"):
+        kept = lm._ids(ids, 8192 - 32)
+    assert len(kept) == 8160 and kept[:100] == ids[:100] and kept[-32:] == ids[-32:]
+    assert "cut to 8160" in caplog.text
+    assert lm._ids(ids[:50], 8160) == ids[:50]
