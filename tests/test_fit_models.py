@@ -87,6 +87,16 @@ STAGES = {
 }
 
 
+@pytest.fixture()
+def release_adapters():
+    """Each merged adapter (CompSelect's, FineFilter's) is an engine of its own: stop them after each method."""
+    yield
+    from harness.lm import release
+
+    release(lambda lm: lm.info["adapter"] is not None)
+
+
+@pytest.mark.usefixtures("release_adapters")
 @pytest.mark.parametrize("name", list(STAGES))
 def test_every_lm_method_compresses_both_and_the_generator_answers(name, env, generator, long_examples):
     method = build_method(method_config(name))
