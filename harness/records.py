@@ -204,7 +204,24 @@ def summarize(predictions: Sequence[dict[str, Any]], latency: Sequence[dict[str,
     out["online_latency_s"] = out["generate_s"]
     out["total_latency_s"] = None if out["compress_s"] is None else out["compress_s"] + out["generate_s"]
     out["diagnostics"] = aggregate_diagnostics(predictions)
+    out["truncated_examples"], out["truncated"] = truncation_counts(predictions)
     return out
+
+
+def truncation_counts(predictions: Sequence[dict[str, Any]]) -> tuple[int, dict[str, dict[str, int]]]:
+    """How many examples had a prompt cut to fit its model (``meta.truncated``, ``harness.lm.fit``), and per
+    stage and part, in how many examples and how many tokens in all: ``{stage: {"examples": n, part: tokens}}``."""
+    per: dict[str, dict[str, int]] = {}
+    n = 0
+    for r in predictions:
+        cuts = (r.get("meta") or {}).get("truncated") or {}
+        n += bool(cuts)
+        for stage, parts in cuts.items():
+            row = per.setdefault(stage, {"examples": 0})
+            row["examples"] += 1
+            for part, tokens in (parts or {}).items():
+                row[part] = row.get(part, 0) + int(tokens)
+    return n, per
 
 
 def timing_conditions(predictions: Sequence[dict[str, Any]]) -> dict[str, dict[str, int]]:

@@ -89,10 +89,18 @@ def _record(
         "stages": comp.timings,
         "batch": batch,
         "threads": _threads(),
-        "meta": comp.meta,
+        "meta": with_truncation(comp.meta, getattr(gen, "truncated", None)),
         **metrics.score(gen.answer, ex.answers),
         "echo": metrics.echo(gen.answer, ex.question, context),
     }
+
+
+def with_truncation(meta: dict[str, Any], generator_cut: dict[str, int] | None) -> dict[str, Any]:
+    """The method's ``meta`` with the generator's prompt cut added under ``truncated.generator`` (``harness.lm.fit``;
+    a method's LM stages put theirs under their own names)."""
+    if not generator_cut:
+        return meta
+    return {**meta, "truncated": {**(meta.get("truncated") or {}), "generator": dict(generator_cut)}}
 
 
 class ExampleError(RuntimeError):
@@ -480,4 +488,7 @@ def format_summary(s: dict[str, Any]) -> str:
     if s.get("kept_nothing"):
         k = round(s["kept_nothing"] * s["n"])
         out.append(f"kept nothing (empty context, closed-book answer) on {k}/{s['n']} examples")
+    if s.get("truncated_examples"):
+        stages = ", ".join(f"{k} {v['examples']}" for k, v in (s.get("truncated") or {}).items())
+        out.append(f"prompts cut to fit their model on {s['truncated_examples']}/{s['n']} examples ({stages})")
     return "\n".join(out)

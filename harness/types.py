@@ -57,9 +57,11 @@ class Compressed:
 
 @dataclass
 class Generation:
-    """One generator output: the raw text and the answer after the papers' post-processing."""
+    """One generator output: the raw text and the answer after the papers' post-processing; ``truncated``: the
+    tokens its prompt lost per part to fit the model (``harness.lm.fit``; empty when none)."""
 
     text: str
     answer: str
     prompt_tokens: int
     completion_tokens: int
+    truncated: dict[str, int] = field(default_factory=dict)

@@ -56,9 +56,11 @@ import shutil
 from typing import Any
 
 from harness import resources
+from harness.lm.fit import truncated_meta
 from harness.protocols import Compressor, MethodEnv
 from harness.types import Compressed, Example
 
+FIT_MARGIN = 64  # tokens left free in the scorer's context (the package's own separators and instruction)
 SETTINGS: dict[str, Any] = {
     "rank_method": "longllmlingua",
     "condition_in_question": "after_condition",
@@ -248,17 +250,34 @@ class LongLLMLingua(Compressor):
             return Compressed(documents=[], units=None, meta={**meta, "kept_passages": []})
         if self.compressor is None:
             raise RuntimeError("LongLLMLingua was not bound to a run (call bind(MethodEnv(...)))")
+        contexts, question = self._fit(contexts, example.question, meta)
+        if not any(c.strip() for c in contexts):  # a question that alone fills the scorer's context
+            return Compressed(documents=[], units=None, meta={**meta, "kept_passages": []})
         try:
-            out = self._compress(contexts, example.question, self.settings)
+            out = self._compress(contexts, question, self.settings)
         except IndexError as e:
             if not (self.settings.get("condition_compare") and _condition_compare_bug(e)):
                 raise
-            out = self._compress(contexts, example.question, {**self.settings, "condition_compare": False})
+            out = self._compress(contexts, question, {**self.settings, "condition_compare": False})
             meta["fallback"] = {"condition_compare": False, "error": f"IndexError: {e}"}
         kept = list(self.compressor.last_used) if len(contexts) > 1 else [0]
         documents = [d.strip() for d in out["compressed_prompt"].split("\n\n") if d.strip()]
         meta.update(kept_passages=kept, llmlingua={k: out[k] for k in ("origin_tokens", "compressed_tokens", "ratio")})
         return Compressed(documents=documents, units=None, meta=meta)
+
+    def _fit(self, contexts: list[str], question: str, meta: dict[str, Any]) -> tuple[list[str], str]:
+        """The passages and question fitted to the scorer's context (``harness.lm.fit``: the passages cut from the
+        end first, the question only when it alone overflows), so that no scoring pass runs past the positions the
+        model knows; a cut is recorded in ``meta.truncated.longllmlingua``."""
+        from harness.lm.fit import TokenizerView, fit_prompt
+
+        c = self.compressor
+        view = TokenizerView(c.tokenizer, self.model_ref, int(c.max_position_embeddings))
+        render = lambda documents, question: "\n\n".join([*documents, question])  # noqa: E731
+        fit = fit_prompt(view, render, {"documents": contexts, "question": question}, FIT_MARGIN)
+        if fit.cut:
+            meta["truncated"] = truncated_meta("longllmlingua", fit.cut)
+        return list(fit.parts["documents"]), str(fit.parts["question"])
 
     def _compress(self, contexts: list[str], question: str, settings: dict[str, Any]) -> dict[str, Any]:
         return self.compressor.compress_prompt(

@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from harness.lm.fit import truncated_meta
 from harness.protocols import Compressor, MethodEnv
 from harness.types import Compressed, Example
 
@@ -110,12 +111,23 @@ class RecompAbstractive(Compressor):
         return out
 
     def _summaries_causal(self, inputs: list[str]) -> list[tuple[str, int]]:
+        """Summaries (and their token counts) of RECOMP inputs, each cut to its first ``max_input_tokens`` (the
+        T5 compressor's input window): the question comes first, so this cuts the documents from their end, and
+        the question only when it alone overflows (the model layer's rule, ``harness.lm.fit``); ``self._cuts``
+        records a cut of the question (and so of every document) per input. The prompt then fits the LM
+        (``fit_ids`` as a last resort)."""
         lm = self._lm
-        prompts = []
+        prompts, self._cuts = [], []
         for text in inputs:
             ids = lm.tokenizer(text, add_special_tokens=False)["input_ids"]
+            cut: dict[str, int] = {}
             if len(ids) > self.max_input_tokens:
+                head = lm.count(text.split("\n Document: ")[0])  # "Question: ..." (approximately)
+                question = max(head - self.max_input_tokens, 0)
+                if question:  # the documents cut alone are the method's design (its input window): not recorded
+                    cut = {"documents": len(ids) - head, "question": question}
                 text = lm.tokenizer.decode(ids[: self.max_input_tokens])
+            self._cuts.append(cut)
             msgs = [{"role": "system", "content": self.instruction}, {"role": "user", "content": text}]
             prompts.append(lm.encode_chat(msgs))
         return [(o.text, len(o.token_ids)) for o in lm.generate(prompts, self.max_new_tokens)]
@@ -124,12 +136,16 @@ class RecompAbstractive(Compressor):
         todo = [i for i, e in enumerate(examples) if e.passages]
         inputs = [recomp_input(examples[i]) for i in todo]
         run = self._summaries_causal if self.kind == "causal-lm" else self._summaries_seq2seq
+        self._cuts: list[dict[str, int]] = []
         summaries = dict(zip(todo, run(inputs) if inputs else [], strict=True))
+        cuts = dict(zip(todo, self._cuts, strict=False))
         out = []
         for i in range(len(examples)):
             text, n = summaries.get(i, ("", 0))
             requested = {"max_new_tokens": self.max_new_tokens, "max_input_tokens": self.max_input_tokens}
             meta = {"requested": requested, "summary_tokens": n, "empty": not text}
+            if cuts.get(i):
+                meta["truncated"] = truncated_meta("recomp", cuts[i])
             out.append(Compressed(documents=[text] if text else [], units=None, meta=meta))
         return out
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from harness.lm.fit import Fit, truncated_meta
 from harness.protocols import Compressor, MethodEnv
 from harness.types import Compressed, Example, Passage
 
@@ -102,21 +103,30 @@ class Refiner(Compressor):
             self.model, engine=self.engine, dtype=self.dtype, adapter=self.adapter, batch_size=self.batch_size
         )
 
+    def render(self, documents: str, question: str) -> Any:
+        """The prompt (text for ``monitor``, chat messages for ``teacher``) over a context and a question."""
+        if self.prompt == "monitor":
+            return MONITOR_TEMPLATE.format(context=documents, question=question)
+        return [
+            {"role": "system", "content": TEACHER_SYSTEM},
+            {"role": "user", "content": TEACHER_USER.format(question=question, context=documents)},
+        ]
+
+    def fit(self, example: Example) -> Fit:
+        """The prompt for one example fitted to the LM (``harness.lm.fit``: the context cut from its end first)."""
+        from harness.lm.fit import fit_prompt
+
+        parts = {"documents": refiner_context(example.passages, self.n_contexts), "question": example.question}
+        return fit_prompt(self._lm, self.render, parts, self.max_new_tokens)
+
     def encode(self, example: Example) -> list[int]:
         """The prompt token ids for one example."""
-        context = refiner_context(example.passages, self.n_contexts)
-        if self.prompt == "monitor":
-            return self._lm.encode(MONITOR_TEMPLATE.format(context=context, question=example.question))
-        return self._lm.encode_chat(
-            [
-                {"role": "system", "content": TEACHER_SYSTEM},
-                {"role": "user", "content": TEACHER_USER.format(question=example.question, context=context)},
-            ]
-        )
+        return self.fit(example).ids
 
     def compress_batch(self, examples: Sequence[Example]) -> list[Compressed]:
         todo = [i for i, e in enumerate(examples) if e.passages]
-        prompts = [self.encode(examples[i]) for i in todo]
+        fits = {i: self.fit(examples[i]) for i in todo}
+        prompts = [fits[i].ids for i in todo]
         outs = self._lm.generate(prompts, self.max_new_tokens) if prompts else []
         by_index = dict(zip(todo, outs, strict=True))
         result = []
@@ -131,6 +141,7 @@ class Refiner(Compressor):
                         "requested": {"max_new_tokens": self.max_new_tokens, "prompt": self.prompt},
                         "output_tokens": len(o.token_ids) if o else 0,
                         "hit_limit": bool(o and o.hit_limit),
+                        **({"truncated": truncated_meta("refiner", fits[i].cut)} if i in fits and fits[i].cut else {}),
                     },
                 )
             )

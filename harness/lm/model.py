@@ -8,17 +8,23 @@ the call cache (``harness.lm.cache``):
 - ``prompt_logprobs``: log p(token | prefix) of every token from a start position (self-information);
 - ``answer_nll``: mean NLL per token of an answer (followed by end-of-turn) after a prompt.
 
-``harness.lm.instances.get_lm`` builds them, one per (weights, adapter, engine, dtype) per process.
+``harness.lm.instances.get_lm`` builds them, one per (weights, adapter, engine, dtype) per process. A prompt is
+fitted to ``context_length`` by the callers that know its parts (``harness.lm.fit``); a token-id prompt that
+still overflows is cut here by ``fit.fit_ids`` (head and tail kept, a warning logged), so that no call dies on
+its length.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from harness.lm.cache import Cached, cached_calls
 from harness.protocols import Messages
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -47,8 +53,12 @@ class LM:
         info: dict[str, Any],
         start: Callable[[], Any] | None = None,
         spec_start: Callable[[], Any] | None = None,
+        context_length: int | None = None,
     ) -> None:
         self.ref, self._engine, self._start, self.tokenizer, self.info = ref, engine, start, tokenizer, info
+        # prompt + new tokens must fit it (harness.lm.fit); the tokenizer's own limit where the engine's is unknown
+        limit = getattr(tokenizer, "model_max_length", None)
+        self.context_length = int(context_length or (limit if limit and limit < 1_000_000 else 2048))
         self._spec_engine, self._spec_start = None, spec_start
         # hub ids have no local digest: the id (and its revision, if pinned in it) keys their calls instead
         weights = info["weights_sha256"] or f"ref:{ref}"
@@ -114,17 +124,28 @@ class LM:
     def decode(self, ids: Sequence[int]) -> str:
         return self.tokenizer.decode(list(ids), skip_special_tokens=True)
 
-    def _ids(self, prompt: list[int] | Messages) -> list[int]:
-        if prompt and isinstance(prompt[0], dict):
-            return self.encode_chat(prompt)  # type: ignore[arg-type]
-        return [int(t) for t in prompt]  # type: ignore[union-attr]
+    def _ids(self, prompt: list[int] | Messages, room: int | None = None) -> list[int]:
+        """Token ids of a prompt (a fitted one's own), cut to ``room`` tokens if given and exceeded (the last
+        resort of ``harness.lm.fit``: head and tail kept, a warning logged)."""
+        if isinstance(getattr(prompt, "ids", None), list):
+            ids = list(prompt.ids)  # type: ignore[union-attr]
+        elif prompt and isinstance(prompt[0], dict):
+            ids = self.encode_chat(prompt)  # type: ignore[arg-type]
+        else:
+            ids = [int(t) for t in prompt]  # type: ignore[union-attr]
+        if room is not None and len(ids) > room:
+            from harness.lm.fit import fit_ids
+
+            log.warning("%s: a prompt of %d tokens cut to %d (head and tail kept)", self.ref, len(ids), room)
+            ids = fit_ids(ids, max(room, 1))[0]
+        return ids
 
     # ------------------------------------------------------------------ operations
     def generate(
         self, prompts: Sequence[list[int] | Messages], max_new_tokens: int, stop_ids: Sequence[int] | None = None
     ) -> list[Completion]:
         """Greedy completions of token-id or chat prompts, in input order."""
-        ids = [self._ids(p) for p in prompts]
+        ids = [self._ids(p, self.context_length - int(max_new_tokens)) for p in prompts]
         stops = list(stop_ids) if stop_ids is not None else self.stop_ids
         settings: dict[str, Any] = {"max_new_tokens": int(max_new_tokens), "stop": stops, "greedy": True}
         if self.info.get("speculative") and self.info["dtype"] != "float32":  # where it could change the tokens
@@ -144,7 +165,7 @@ class LM:
 
     def token_logprobs(self, prompts: Sequence[list[int] | Messages], token_ids: Sequence[int]) -> list[Cached]:
         """Next-token log-probabilities of ``token_ids`` after each prompt (``.value``: one float per id)."""
-        ids = [self._ids(p) for p in prompts]
+        ids = [self._ids(p, self.context_length - 1) for p in prompts]
         return cached_calls(
             self.namespace,
             "token_logprobs",
@@ -175,7 +196,7 @@ class LM:
         """Mean NLL per token of each answer (and its end-of-turn) teacher-forced after its prompt."""
         seqs, starts = [], []
         for p, a in zip(prompts, answers, strict=True):
-            head = self._ids(p)
+            head = self._ids(p, self.context_length - len(self.answer_ids(a)) - 1)
             seqs.append(head + self.answer_ids(a))
             starts.append(len(head) - 1)
         return [-sum(r.value) / len(r.value) for r in self.prompt_logprobs(seqs, starts)]

@@ -5,10 +5,11 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from harness.lm.cache import REPLAYS
+from harness.lm.fit import truncated_meta
 from harness.protocols import Compressor, Messages, MethodEnv
 from harness.text import passage_sentences, rank_desc
 from harness.types import Compressed, Example, Unit
@@ -18,6 +19,7 @@ from methods.compselect.prompts import OUTPUTS, extractor_messages, truncator_me
 from methods.compselect.truncator import truncator_decision
 
 TRUNCATIONS = ("adaptive", "none", "random")
+REMAKE = "python -m methods.compselect.train"  # what re-makes the adapters (README)
 
 
 @dataclass
@@ -29,37 +31,52 @@ class ExtractorInput:
     units: list[Unit]
     sentences: list[str]
     shown: int
+    truncated: dict[str, int] = field(default_factory=dict)
 
 
-def extractor_input(lm: Any, example: Example, max_input_tokens: int | None) -> ExtractorInput:
+def extractor_input(
+    lm: Any, example: Example, max_input_tokens: int | None, max_new_tokens: int = 256
+) -> ExtractorInput:
     """The Table 9 prompt over the sentences of the example's passages, dropping trailing sentences (last
     passage first) until the chat-formatted prompt fits ``max_input_tokens`` (the authors truncate the input
-    at 2048)."""
+    at 2048) and the LM's context with ``max_new_tokens`` to spare; a question that alone overflows is cut then
+    (the model layer's rule, ``harness.lm.fit``). ``truncated``: the tokens cut per part where the engine forced
+    it (the question, or documents beyond the method's own window)."""
+    from harness.lm.fit import budget, fit_prompt
+
     per_passage = passage_sentences(example.passages)
     units = [Unit(p, s) for p, sents in enumerate(per_passage) for s in range(len(sents))]
     flat = [s for sents in per_passage for s in sents]
 
-    def build(shown: int) -> list[dict[str, str]]:
+    def build(shown: int, question: str = example.question) -> list[dict[str, str]]:
         docs, used = [], 0
         for sents in per_passage:
             take = sents[: max(0, shown - used)]
             used += len(sents)
             if take:
                 docs.append(" ".join(take))
-        return extractor_messages(example.question, docs)
+        return extractor_messages(question, docs)
 
+    engine = budget(lm, max_new_tokens)
+    room = min(engine, int(max_input_tokens)) if max_input_tokens else engine
     shown = len(flat)
     messages = build(shown)
-    if max_input_tokens:
+    total = len(lm.encode_chat(messages))
+    while total > room and shown > 0:
+        over = total - room
+        while over > 0 and shown > 0:  # drop about enough sentences, then re-measure
+            shown -= 1
+            over -= lm.count(flat[shown]) + 1
+        messages = build(shown)
         total = len(lm.encode_chat(messages))
-        while total > max_input_tokens and shown > 0:
-            over = total - max_input_tokens
-            while over > 0 and shown > 0:  # drop about enough sentences, then re-measure
-                shown -= 1
-                over -= lm.count(flat[shown]) + 1
-            messages = build(shown)
-            total = len(lm.encode_chat(messages))
-    return ExtractorInput(messages, units, flat, shown)
+    # the documents cut by the method's own window (max_input_tokens) are its design (meta.sentences_shown); a
+    # cut that the engine's context forced is recorded
+    forced = shown < len(flat) and room == engine and not (max_input_tokens and engine == int(max_input_tokens))
+    cut = {"documents": sum(lm.count(s) for s in flat[shown:])} if forced else {}
+    if total > room:  # the question alone overflows
+        fit = fit_prompt(lm, lambda question: build(0, question), {"question": example.question}, max_new_tokens)
+        messages, cut = fit.prompt, {**cut, **fit.cut}
+    return ExtractorInput(messages, units, flat, shown, cut)
 
 
 class CompSelect(Compressor):
@@ -124,21 +141,23 @@ class CompSelect(Compressor):
         self.lm_batch_size, self.dtype, self.device, self.seed = lm_batch_size, dtype, device, seed
         self.trust_remote_code, self.engine = trust_remote_code, engine
         self.lms: dict[str, Any] = {}
+        self._cuts: dict[str, dict[str, dict[str, int]]] = {}
 
     def bind(self, env: MethodEnv) -> None:
         super().bind(env)
         from pathlib import Path
 
+        from harness.artifacts import ArtifactError, check_artifact
         from harness.lm import get_lm
 
         adapters: dict[str, str | None] = {"extractor": self.extractor}  # None: the un-tuned LM
         if self.truncation == "adaptive":
             adapters["truncator"] = self.truncator
         for name, path in adapters.items():
+            if path:  # checked against its manifest before it loads (harness.artifacts)
+                check_artifact(path, REMAKE)
             if path and not (Path(path) / "adapter_config.json").is_file():
-                raise FileNotFoundError(
-                    f"LoRA adapter {name!r} not found at {path}: train it with `python -m methods.compselect.train`"
-                )
+                raise ArtifactError(f"LoRA adapter {name!r} not found at {path}: train it with `{REMAKE}`")
             self.lms[name] = get_lm(
                 self.lm_ref,
                 engine=self.engine,
@@ -169,7 +188,7 @@ class CompSelect(Compressor):
         """Stage 1: generate clue lines and map them to source sentences (clue.source indexes
         ``inputs[i].units``); last, whether each example's extraction was replayed from the call cache."""
         assert self.lm is not None, "bind() first"
-        inputs = [extractor_input(self.lm, e, self.max_input_tokens) for e in examples]
+        inputs = [extractor_input(self.lm, e, self.max_input_tokens, self.extractor_max_new_tokens) for e in examples]
         outs, replayed = self._generate_clues([x.messages for x in inputs])
         mapped = [map_clues(o, x.sentences[: x.shown], self.match_threshold) for o, x in zip(outs, inputs, strict=True)]
         return inputs, [m[0] for m in mapped], [m[1] for m in mapped], replayed
@@ -202,8 +221,11 @@ class CompSelect(Compressor):
             )
         assert self.lms, "bind() first"
         todo = [i for i, r in enumerate(ranked) if r]
-        lists = [[c.text for c in ranked[i]] for i in todo]
-        prompts = [truncator_messages(examples[i].question, texts) for i, texts in zip(todo, lists, strict=True)]
+        fits = [self._truncator_prompt(examples[i].question, [c.text for c in ranked[i]]) for i in todo]
+        lists = [list(f.parts["documents"]) for f in fits]
+        prompts = [f.prompt for f in fits]
+        for i, f in zip(todo, fits, strict=True):
+            self._cuts.setdefault(examples[i].id, {}).update(truncated_meta("truncator", f.cut))
         ks, raw, p_empty = [0] * len(ranked), [None] * len(ranked), list(none)
         if self.empty_threshold is None:
             outs = [o.text for o in self.lms["truncator"].generate(prompts, self.truncator_max_new_tokens)]
@@ -224,12 +246,25 @@ class CompSelect(Compressor):
             ks[i], raw[i], p_empty[i] = d.k, d.output, d.p_empty
         return ks, raw, p_empty
 
+    def _truncator_prompt(self, question: str, texts: list[str]) -> Any:
+        """The truncator's prompt over the ranked clue texts, fitted to its LM (``harness.lm.fit``: the clues cut
+        from the end first; one more new token for the decision's first token)."""
+        from harness.lm.fit import fit_prompt
+
+        return fit_prompt(
+            self.lms["truncator"],
+            lambda documents, question: truncator_messages(question, documents),
+            {"documents": texts, "question": question},
+            self.truncator_max_new_tokens + 1,
+        )
+
     # -- the Compressor contract -----------------------------------------------------------------------------
     def compress(self, example: Example) -> Compressed:
         return self.compress_batch([example])[0]
 
     def compress_batch(self, examples: Sequence[Example]) -> list[Compressed]:
         n = max(len(examples), 1)
+        self._cuts = {}  # meta.truncated per example (truncator stage)
         r0 = REPLAYS.seconds
         t0 = time.perf_counter()
         inputs, clues, dropped, replayed = self.extract(examples)
@@ -255,6 +290,9 @@ class CompSelect(Compressor):
                 comp.meta["extract_cached"] = True
             if pe is not None:
                 comp.meta["truncator_p_empty"] = round(pe, 5)
+            cuts = {**truncated_meta("extractor", x.truncated), **self._cuts.get(e.id, {})}
+            if cuts:
+                comp.meta["truncated"] = cuts
             results.append(comp)
         return results
 

@@ -11,7 +11,6 @@ base encoder scores (untrained SBERT).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from harness.lm.loading import adapter_digest, is_adapter_dir
@@ -37,15 +36,13 @@ class ClueReranker:
         """The shared base encoder (``trained`` None) or the trained one, from the model layer."""
         if self.model is not None:
             return
+        from harness.artifacts import check_artifact
         from harness.lm.encoders import sentence_encoder, tuned_sentence_encoder
 
         if self.trained is None:
             self.model = sentence_encoder(self.base, self.device)
             return
-        if not Path(self.trained).exists():
-            raise FileNotFoundError(
-                f"trained reranker not found at {self.trained}: run `python -m methods.compselect.train`"
-            )
+        check_artifact(self.trained, "python -m methods.compselect.train")  # missing or changed: one line
         self.model = tuned_sentence_encoder(self.base, self.trained, self.device, self.max_seq_length)
 
     def score(self, question: str, texts: Sequence[str]) -> list[float]:

@@ -22,6 +22,14 @@ from harness.protocols import Compressor, MethodEnv
 from harness.types import Compressed, Example
 
 
+def remake_command(weights: str | Path) -> str:
+    """The command that trains the head in ``weights`` again (``csm_<mode>_<granularity>_<dataset>``; README)."""
+    name = Path(weights).name
+    dataset = {"tqa": "triviaqa"}.get(name.rsplit("_", 1)[-1], name.rsplit("_", 1)[-1])
+    e2e = " --config-name train/csm_e2e" if name.startswith("csm_e2e") else ""
+    return f"python -m methods.csm.train{e2e} dataset={dataset}"
+
+
 class CSMSelect(Compressor):
     name = "csm"
 
@@ -50,10 +58,12 @@ class CSMSelect(Compressor):
 
     def bind(self, env: MethodEnv) -> None:
         super().bind(env)
+        from harness.artifacts import check_artifact
         from harness.lm.encoders import sentence_encoder
         from methods.csm.features import PairEncoder
         from methods.csm.head import load_head
 
+        check_artifact(self.weights, remake_command(self.weights))  # before it loads (harness.artifacts)
         self.head, self.head_config = load_head(self.weights)
         trained_on = self.head_config.get("encoder")
         if self.encoder_ref is not None and trained_on is not None and self.encoder_ref != trained_on:

@@ -10,8 +10,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
+
+from harness.lm.fit import Fit
+
+
+def fit_user_turn(lm: Any, render: Callable[..., str], parts: dict[str, Any], max_new_tokens: int) -> Fit:
+    """``render(**parts)`` as one user turn fitted to ``lm``; the fit's ``prompt`` is the turn's text."""
+    from harness.lm.fit import fit_prompt
+
+    fit = fit_prompt(lm, lambda **p: [{"role": "user", "content": render(**p)}], parts, max_new_tokens)
+    fit.prompt = fit.prompt[0]["content"]
+    return fit
 
 
 class LocalLLM:
@@ -46,6 +57,12 @@ class LocalLLM:
             batch_size=self.batch_size,
             trust_remote_code=self.trust_remote_code,
         )
+
+    def fit(self, render: Callable[..., str], parts: dict[str, Any]) -> Fit:
+        """The user turn ``render(**parts)`` fitted to this LM (``harness.lm.fit``; ``.prompt`` is its text)."""
+        if self.lm is None:
+            self.load()
+        return fit_user_turn(self.lm, render, parts, self.max_new_tokens)
 
     def complete(self, prompts: Sequence[str]) -> list[str]:
         if self.lm is None:
@@ -82,14 +99,22 @@ class ServerLLM:
         timeout_s: float = 120.0,
         retries: int = 5,
         backoff_s: float = 1.0,
+        context_length: int = 8192,
     ) -> None:
         from harness.lm.server import ServerClient
 
         self.client = ServerClient(base_url, model, api_key_env, timeout_s, retries, backoff_s, concurrency)
-        self.max_new_tokens = max_new_tokens
+        self.max_new_tokens, self.context_length = max_new_tokens, int(context_length)
 
     def load(self) -> None:
         """Nothing to load; the key is looked up per request."""
+
+    def fit(self, render: Callable[..., str], parts: dict[str, Any]) -> Fit:
+        """The user turn ``render(**parts)`` fitted to the served model's ``context_length`` (``harness.lm.fit``),
+        its tokens bounded by ``ByteEstimate`` (no tokenizer at hand)."""
+        from harness.lm.fit import ByteEstimate
+
+        return fit_user_turn(ByteEstimate(self.client.model, self.context_length), render, parts, self.max_new_tokens)
 
     def complete(self, prompts: Sequence[str]) -> list[str]:
         replies = self.client.complete([[{"role": "user", "content": p}] for p in prompts], self.max_new_tokens)

@@ -17,14 +17,24 @@ harness's, not EDC²'s "Please refer to the following text..." (papers.md 4.10);
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
+from harness.lm.fit import truncated_meta
 from harness.protocols import Compressor, MethodEnv
 from harness.types import Compressed, Example, Passage, Unit
 
 from .cluster import VARIANTS, dynamic_clusters
 from .prompts import compress_prompt, keep_summary
+
+
+def sum_cuts(cuts: Iterable[dict[str, int]]) -> dict[str, int]:
+    """The tokens cut per part over an example's cluster prompts."""
+    total: dict[str, int] = {}
+    for cut in cuts:
+        for part, n in cut.items():
+            total[part] = total.get(part, 0) + n
+    return total
 
 
 def passage_text(p: Passage) -> str:
@@ -79,17 +89,19 @@ class EDC2(Compressor):
         t0 = time.perf_counter()
         groups = [self.clusters(ex) for ex in examples]
         t1 = time.perf_counter()
-        prompts = [
-            compress_prompt(ex.question, [passage_text(ex.passages[i]) for i in cl], self.few_shot)
+        render = lambda documents, question: compress_prompt(question, documents, self.few_shot)  # noqa: E731
+        fits = [
+            self.llm.fit(render, {"documents": [passage_text(ex.passages[i]) for i in cl], "question": ex.question})
             for ex, cls in zip(examples, groups, strict=True)
             for cl in cls
         ]
-        summaries = self.llm.complete(prompts) if prompts else []
+        summaries = self.llm.complete([f.prompt for f in fits]) if fits else []
         t2 = time.perf_counter()
         n = max(len(examples), 1)
         out, k = [], 0
         for ex, cls in zip(examples, groups, strict=True):
             mine = summaries[k : k + len(cls)]
+            cut = sum_cuts(f.cut for f in fits[k : k + len(cls)])
             k += len(cls)
             kept = [keep_summary(s, self.drop_question_marks) for s in mine]
             fallback = not any(kept)
@@ -107,6 +119,7 @@ class EDC2(Compressor):
                         "kept": kept,
                         "llm_calls": len(cls),
                         "fallback": fallback,
+                        **({"truncated": truncated_meta("edc2", cut)} if cut else {}),
                         # averaged by the run's summary: LLM calls per question, share of raw-passage fallbacks
                         "diagnostics": {
                             "llm_calls": len(cls),

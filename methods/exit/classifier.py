@@ -19,6 +19,8 @@ from typing import Any
 
 Triple = tuple[str, str, str]  # (query, sentence, passage with its title)
 
+REMAKE = "python -m methods.exit.train"  # what re-makes the classifier (README)
+
 
 def pair(query: str, sentence: str, context: str, sep: str) -> tuple[str, str]:
     """The (first, second) texts of the sentence pair: the query; the sentence, then its passage."""
@@ -46,11 +48,14 @@ class CrossEncoderClassifier:
     def load(self) -> None:
         if self.model is not None:
             return
+        from harness.artifacts import ArtifactError, check_artifact
         from harness.lm.encoders import sequence_classifier
         from harness.lm.loading import is_adapter_dir
 
+        if self.adapter:  # checked against its manifest before it loads (harness.artifacts)
+            check_artifact(self.adapter, REMAKE)
         if self.adapter and not is_adapter_dir(self.adapter):
-            raise FileNotFoundError(f"EXIT classifier not found at {self.adapter}: run `python -m methods.exit.train`")
+            raise ArtifactError(f"EXIT classifier not found at {self.adapter}: re-make it with `{REMAKE}`")
         self.model, self.tok = sequence_classifier(self.base, self.adapter, self.device)
 
     def score(self, triples: Sequence[Triple]) -> list[float]:

@@ -35,12 +35,15 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from harness.lm.fit import truncated_meta
 from harness.protocols import Compressor, MethodEnv
 from harness.text import split_sentences
 from harness.types import Compressed, Example, Unit
 
+QUERY_RESERVE = 32  # cross-encoder tokens kept for the sentence and passage when a query is cut
 QUESTION = 'Is this sentence useful in answering the query? Answer only "Yes" or "No".'
 SENTENCE_MARK = "\nSentence:\n"
 PROMPTS = ("literal", "chat")
@@ -51,6 +54,22 @@ _SLOT = "\x00CONTEXT\x00"
 def build_user(query: str, context: str, sentence: str) -> str:
     """The user turn of EXIT's classification prompt."""
     return f"Query:\n{query}\nFull context:\n{context}{SENTENCE_MARK}{sentence}\n{QUESTION}"
+
+
+def head_words(text: str, n: int) -> str:
+    """The first ``n`` space-separated pieces of ``text``: more than a ``n // 2``-token window of a WordPiece
+    tokenizer (a word is at least one token) sees, so the window is the same and a passage of any length costs
+    its first ``n`` words to tokenise, not all of it per sentence."""
+    pieces = text.split(" ", n)
+    return text if len(pieces) <= n else " ".join(pieces[:n])
+
+
+def add_cut(total: dict[str, int], passage: dict[str, int]) -> None:
+    """Add one passage's cut to its example's: passages' documents add up; the question is cut alike in each."""
+    if passage.get("documents"):
+        total["documents"] = total.get("documents", 0) + passage["documents"]
+    if passage.get("question"):
+        total["question"] = max(total.get("question", 0), passage["question"])
 
 
 @dataclass
@@ -92,6 +111,7 @@ class Exit(Compressor):
         self.dtype, self.device, self.trust_remote_code = dtype, device, trust_remote_code
         self.lm: Any = None
         self.tokenizer: Any = None
+        self._cut: dict[str, int] = {}  # what ``_encode`` cut from the passage being encoded
 
     # ------------------------------------------------------------------ loading
     def bind(self, env: MethodEnv) -> None:
@@ -110,6 +130,11 @@ class Exit(Compressor):
             return
         from harness.lm import get_lm
 
+        if self.adapter and Path(self.adapter).exists():  # a local adapter (not a hub id): checked first
+            from harness.artifacts import check_artifact
+            from methods.exit.classifier import REMAKE
+
+            check_artifact(self.adapter, REMAKE)
         self.lm = get_lm(
             self.model_ref,
             engine=self.engine,
@@ -152,24 +177,42 @@ class Exit(Compressor):
 
     def _encode(self, query: str, context: str, sentence: str) -> tuple[list[int], list[int]]:
         """Token ids of (query + passage + "Sentence:" marker, sentence + question + turn end): the shared
-        head and the per-sentence tail. The passage keeps its head and tail tokens when it is too long."""
+        head and the per-sentence tail, fitted to ``max_length`` by the model layer's rule (``harness.lm.fit``):
+        the passage is cut from its end first (by whole sentences where possible), then the query and the
+        sentence (the question part) when they alone overflow. What was cut is added to ``self._cut``."""
+        from harness.lm.fit import TokenizerView, cut_text
+
         tok = self.tokenizer
+        view = TokenizerView(tok)  # no LM needed: training encodes with the tokenizer alone (use_tokenizer)
         head, tail, special = self.head_tail
-        pre = tok.encode(head.replace("{query}", query), add_special_tokens=False)
         mark, rest = tail.split("{sentence}")
+        probe = tok.encode("Yes", add_special_tokens=True) if special else [self.yes_id]  # BOS/EOS it adds
+        at = probe.index(self.yes_id)
+        fixed = len(probe) - 1 + len(tok.encode(head.replace("{query}", "") + mark + rest, add_special_tokens=False))
+        over = fixed + view.count(query) + view.count(sentence) - self.limit + 8  # a margin for the joins
+        if over > 0:  # the question part alone overflows: cut the query, then the sentence
+            for name, text in (("query", query), ("sentence", sentence)):
+                kept, n = cut_text(view, text, min(over, view.count(text)))
+                query, sentence = (kept, sentence) if name == "query" else (query, kept)
+                self._note("question", n)
+                over -= n
+                if over <= 0:
+                    break
+        pre = tok.encode(head.replace("{query}", query), add_special_tokens=False)
         mid = tok.encode(mark, add_special_tokens=False)
         post = tok.encode(sentence + rest, add_special_tokens=False)
         ctx = tok.encode(context, add_special_tokens=False)
-        probe = tok.encode("Yes", add_special_tokens=True) if special else [self.yes_id]  # BOS/EOS it adds
-        at = probe.index(self.yes_id)
-        extra = len(probe) - 1
-        budget = self.limit - extra - len(pre) - len(mid) - len(post)
-        if budget < 0:
-            raise ValueError(f"EXIT prompt without its context exceeds max_length={self.limit}")
-        if len(ctx) > budget:
-            h = (budget + 1) // 2
-            ctx = ctx[:h] + (ctx[len(ctx) - (budget - h) :] if budget - h else [])
+        budget = max(self.limit - (len(probe) - 1) - len(pre) - len(mid) - len(post), 0)
+        if len(ctx) > budget:  # the passage from its end
+            kept, n = cut_text(view, context, len(ctx) - budget)
+            ctx = tok.encode(kept, add_special_tokens=False)[:budget]
+            self._note("documents", n)
         return probe[:at] + pre + ctx + mid, post + probe[at + 1 :]
+
+    def _note(self, part: str, tokens: int) -> None:
+        """Note ``tokens`` cut from ``part`` of the passage being encoded (the most over its sentences' prompts)."""
+        if tokens > 0:
+            self._cut[part] = max(self._cut.get(part, 0), tokens)
 
     # ------------------------------------------------------------------ scoring
     def _score(self, prompts: list[list[int]]) -> list[float]:
@@ -191,8 +234,33 @@ class Exit(Compressor):
         return self._score([self.classifier_prompt(question, context, s) for s in sentences])
 
     # ------------------------------------------------------------------ compression
+    def _fit_query(self, question: str) -> tuple[str, dict[str, int]]:
+        """The cross-encoder's query, cut (``harness.lm.fit``) only when it alone overflows ``max_length`` (with
+        room for its special tokens and some of the sentence): the sentence and passage that follow it are cut
+        from their end by the classifier's own ``only_second`` truncation, its designed input window."""
+        from harness.lm.fit import TokenizerView, cut_text
+
+        view = TokenizerView(self.cross.tok)
+        room = self.max_length - 3 - QUERY_RESERVE
+        n = view.count(question)
+        if n <= room:
+            return question, {}
+        kept, cut = cut_text(view, question, n - room)
+        return kept, {"question": cut}
+
     def compress_batch(self, examples: Sequence[Example]) -> list[Compressed]:
-        jobs: list[tuple[str, str, list[_Candidate]]] = []  # one per passage, candidates in original order
+        if self.cross is not None:
+            fitted = [self._fit_query(ex.question) for ex in examples]
+            cuts = [c for _, c in fitted]
+            return self._compress(examples, [q for q, _ in fitted], cuts)
+        return self._compress(examples, [ex.question for ex in examples], [{} for _ in examples])
+
+    def _compress(
+        self, examples: Sequence[Example], questions: list[str], cuts: list[dict[str, int]]
+    ) -> list[Compressed]:
+        """Score every sentence of every passage against its question; ``cuts``: ``meta.truncated.exit`` per
+        example (the LM's are filled as the prompts are encoded)."""
+        jobs: list[tuple[int, str, str, list[_Candidate]]] = []  # one per passage, candidates in original order
         for ei, ex in enumerate(examples):
             for pi, p in enumerate(ex.passages):
                 text = p.text.strip()
@@ -201,15 +269,24 @@ class Exit(Compressor):
                     continue
                 group = [_Candidate(ei, pi, si, s) for si, s in enumerate(sents)]
                 context = f"{p.title.strip()}\n{text}" if p.title.strip() else text
-                jobs.append((ex.question, context, group))
-        cands = [c for _, _, group in jobs for c in group]
+                jobs.append((ei, questions[ei], context, group))
+        cands = [c for _, _, _, group in jobs for c in group]
         if self.cross is not None:
-            scores = self.cross.score([(q, c.text, ctx) for q, ctx, group in jobs for c in group])
+            window = lambda ctx: head_words(ctx, 2 * self.max_length)  # noqa: E731
+            scores = self.cross.score([(q, c.text, window(ctx)) for _, q, ctx, group in jobs for c in group])
         else:
-            encoded = (self._encode(q, ctx, c.text) for q, ctx, group in jobs for c in group)
-            scores = self._score([h + t for h, t in encoded])
+            prompts = []
+            for ei, q, ctx, group in jobs:
+                self._cut = {}
+                prompts += [h + t for h, t in (self._encode(q, ctx, c.text) for c in group)]
+                add_cut(cuts[ei], self._cut)
+            scores = self._score(prompts)
         scored = list(zip(cands, scores, strict=True))
-        return [self._assemble([(c, x) for c, x in scored if c.example == ei]) for ei in range(len(examples))]
+        out = [self._assemble([(c, x) for c, x in scored if c.example == ei]) for ei in range(len(examples))]
+        for comp, cut in zip(out, cuts, strict=True):
+            if cut:
+                comp.meta["truncated"] = truncated_meta("exit", cut)
+        return out
 
     def compress(self, example: Example) -> Compressed:
         return self.compress_batch([example])[0]

@@ -157,6 +157,14 @@ def validation_figures(cfg: DictConfig, out: Path, shown: list) -> dict[str, Any
     return found
 
 
+def classifier_hashes(out: Path) -> dict[str, str]:
+    """SHA-256 of the classifier's files, keyed by their path beside the manifest (``harness.artifacts`` checks
+    them before the classifier loads)."""
+    from harness.lm.models import file_sha256
+
+    return {f"{out.name}/{f.name}": file_sha256(f) for f in sorted(out.glob("adapter_*")) if f.is_file()}
+
+
 def write_manifest(cfg: DictConfig, run: dict[str, Any], found: dict[str, Any]) -> dict[str, Any]:
     """``manifest.json`` beside the classifier: what ``run`` gathered, the validation figures, the seconds."""
     from harness import provenance
@@ -174,6 +182,7 @@ def write_manifest(cfg: DictConfig, run: dict[str, Any], found: dict[str, Any]) 
         "train": run["report"],
         "validation_figures": found,
         "model": resolve(cfg.model).describe(),
+        "files": classifier_hashes(Path(cfg.out_dir)),
         "seconds": {"train": round(run["t_train"], 1), "total": round(time.perf_counter() - run["t0"], 1)},
         "config": provenance.redact(OmegaConf.to_container(cfg, resolve=True)),
         "packages": provenance.package_versions(),

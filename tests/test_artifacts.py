@@ -1,0 +1,141 @@
+"""Trained artifacts are checked against their manifest's SHA-256 before they load (``harness.artifacts``): a
+damaged copy stops with one line naming the file, both hashes and the command that re-makes it; an untouched
+copy passes. Hashing only: no model loads."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from harness.artifacts import ArtifactError, check_artifact, expected_hashes
+from harness.lm.models import file_sha256
+from harness.validate import ConfigError
+from methods.csm.method import remake_command
+from tests.conftest import REPO
+
+ARTIFACTS = REPO / "methods"
+# (folder to copy, the artifact inside it, the file to damage, the command that re-makes it)
+CASES = {
+    "compselect_extractor": (
+        "compselect/artifacts/embedded",
+        "extractor",
+        "adapter_model.safetensors",
+        "python -m methods.compselect.train",
+    ),
+    "compselect_reranker": (
+        "compselect/artifacts/embedded",
+        "reranker",
+        "adapter_model.safetensors",
+        "python -m methods.compselect.train",
+    ),
+    "exit_classifier": (
+        "exit/artifacts/embedded",
+        "classifier",
+        "adapter_model.safetensors",
+        "python -m methods.exit.train",
+    ),
+    "csm_st_head": ("csm/artifacts/embedded/csm_st_passage_nq", ".", "head.safetensors", "python -m methods.csm.train"),
+    "csm_e2e_config": ("csm/artifacts/embedded/csm_e2e_passage_tqa", ".", "config.json", "python -m methods.csm.train"),
+}
+
+
+def copy_artifact(tmp_path: Path, case: str) -> tuple[Path, Path, str]:
+    """A copy of the case's folder (manifest and the artifact's files only); returns the artifact folder, the
+    file to damage and the re-make command."""
+    src, sub, damaged, remake = CASES[case]
+    root = tmp_path / Path(src).name
+    shutil.copytree(
+        ARTIFACTS / src, root, ignore=lambda d, names: [n for n in names if n in ("labels", "set4_training")]
+    )
+    folder = (root / sub).resolve()
+    return folder, folder / damaged, remake
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_an_untouched_copy_passes_and_every_listed_file_is_checked(tmp_path, case):
+    folder, damaged, remake = copy_artifact(tmp_path, case)
+    hashes = expected_hashes(folder)
+    assert damaged in hashes and hashes[damaged] == file_sha256(damaged)
+    check_artifact(folder, remake)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_truncated_file_is_one_line_naming_the_file_both_hashes_and_the_command(tmp_path, case):
+    folder, damaged, remake = copy_artifact(tmp_path, case)
+    expected = file_sha256(damaged)
+    data = damaged.read_bytes()
+    damaged.write_bytes(data[: len(data) // 2])
+    with pytest.raises(ArtifactError) as e:
+        check_artifact(folder, remake)
+    message = str(e.value)
+    assert "\n" not in message and isinstance(e.value, ConfigError)  # the CLI prints it as one line
+    assert str(damaged) in message and remake in message
+    assert f"expected {expected}" in message and f"found {file_sha256(damaged)}" in message
+
+
+def test_a_missing_file_or_folder_is_one_line_too(tmp_path):
+    folder, damaged, remake = copy_artifact(tmp_path, "exit_classifier")
+    damaged.unlink()
+    with pytest.raises(ArtifactError, match=r"expected [0-9a-f]{64}, found unreadable \(FileNotFoundError"):
+        check_artifact(folder, remake)
+    with pytest.raises(ArtifactError, match=re.escape("not found; re-make it with `python -m methods.exit.train`")):
+        check_artifact(tmp_path / "nowhere", "python -m methods.exit.train")
+
+
+def test_a_folder_without_a_manifest_is_not_checked(tmp_path):
+    (tmp_path / "adapter").mkdir()
+    (tmp_path / "adapter" / "adapter_model.safetensors").write_bytes(b"anything")
+    assert expected_hashes(tmp_path / "adapter") == {}
+    check_artifact(tmp_path / "adapter", "python -m methods.exit.train")
+
+
+def test_the_methods_check_their_artifacts_when_they_are_bound(tmp_path):
+    """CompSelect, EXIT and CSM stop at ``bind`` (before any example, before any model loads) on a damaged copy."""
+    from harness.protocols import MethodEnv
+    from methods.compselect.method import CompSelect
+    from methods.csm.method import CSMSelect
+    from methods.exit.method import Exit
+
+    env = MethodEnv(count_tokens=len, generator=None)
+    extractor, damaged, _ = copy_artifact(tmp_path / "c", "compselect_extractor")
+    damaged.write_bytes(b"")
+    with pytest.raises(ArtifactError, match=re.escape("methods.compselect.train")):
+        CompSelect("embedded:smollm2-135m-instruct", extractor=str(extractor), truncation="none").bind(env)
+    classifier, damaged, _ = copy_artifact(tmp_path / "e", "exit_classifier")
+    damaged.write_bytes(b"")
+    with pytest.raises(ArtifactError, match=re.escape("methods.exit.train")):
+        Exit("embedded:all-minilm-l6-v2", adapter=str(classifier), kind="cross_encoder").bind(env)
+    head, damaged, _ = copy_artifact(tmp_path / "s", "csm_e2e_config")
+    damaged.write_bytes(b"{}")
+    with pytest.raises(
+        ArtifactError, match=re.escape("python -m methods.csm.train --config-name train/csm_e2e dataset=triviaqa")
+    ):
+        CSMSelect(str(head)).bind(env)
+
+
+def test_the_csm_remake_command_names_the_heads_training():
+    assert remake_command("x/csm_st_passage_nq") == "python -m methods.csm.train dataset=nq"
+    assert (
+        remake_command("x/csm_e2e_passage_tqa")
+        == "python -m methods.csm.train --config-name train/csm_e2e dataset=triviaqa"
+    )
+
+
+@pytest.mark.slow
+def test_the_command_line_stops_before_any_example_with_one_line(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    head, damaged, remake = copy_artifact(tmp_path, "csm_st_head")
+    damaged.write_bytes(damaged.read_bytes()[:100])
+    cmd = [sys.executable, "-m", "harness", "method=csm", "dataset=nq", "limit=2", f"method.weights={head}"]
+    cmd += ["generator=smollm2_transformers", f"results_dir={tmp_path / 'results'}", "latency.samples=0"]
+    r = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600, env={**os.environ})
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    line = r.stderr.strip().splitlines()[-1]
+    assert line.startswith(f"error: {damaged}: SHA-256 does not match its manifest: expected ") and remake in line
+    assert all(p.stat().st_size == 0 for p in (tmp_path / "results").rglob("predictions.jsonl"))  # none ran

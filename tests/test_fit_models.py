@@ -1,0 +1,119 @@
+"""A 30,000-word question and a 50,000-word passage go through the generator and every method's LM stages with
+the real embedded model (SmolLM2-135M): no exception, an answer, and ``meta.truncated`` naming what was cut
+(``harness.lm.fit``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.records import summarize
+from harness.runner import build_method, process
+from harness.types import Example, Passage
+from tests.conftest import LM
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def long_examples(nq5) -> list[Example]:
+    """An NQ example asked with a 30,000-word question, and one whose last passage has 50,000 words."""
+    base = nq5[0]
+    q_words = base.question.split()
+    question = " ".join(q_words[i % len(q_words)] for i in range(30_000))
+    text = " ".join(p.text for p in nq5[1].passages)
+    passage = Passage(" ".join([text] * (50_000 // len(text.split()) + 1)), "A very long passage")
+    assert len(question.split()) == 30_000 and len(passage.text.split()) >= 50_000
+    return [
+        Example("long-question", question, base.answers, base.passages),
+        Example("long-passage", nq5[1].question, nq5[1].answers, (*nq5[1].passages, passage)),
+    ]
+
+
+@pytest.fixture(scope="module")
+def small(generator):
+    """The session's generator (SmolLM2 on transformers) asked to fit its prompts to 1,024 tokens: the same rule
+    on a smaller window, so that an 8k-token forward pass on the CPU does not dominate the tests; the 8,192-token
+    context itself is fitted in ``test_the_generator_fits_both_and_records_the_cut``."""
+    from harness.generators.transformers_backend import TransformersGenerator
+
+    return TransformersGenerator(LM, "smollm2-135m-instruct", batch_size=8, max_input_tokens=1024)
+
+
+def assert_answered(rows: list[dict]) -> None:
+    for row in rows:
+        assert "error" not in row, row.get("error")
+        assert isinstance(row["prediction"], str) and row["completion_tokens"] > 0
+
+
+def test_the_generator_fits_both_and_records_the_cut(generator, long_examples, nq5):
+    from methods.vanilla import Full
+
+    full = Full()
+    rows, _ = process([*long_examples, nq5[2]], full, generator, on_error="fail")
+    assert_answered(rows)
+    long_q, long_p, plain = (r["meta"].get("truncated", {}).get("generator") for r in rows)
+    assert long_q["documents"] > 0 and long_q["question"] > 15_000  # no room for any document, nor the question
+    assert set(long_p) == {"documents"} and long_p["documents"] > 50_000  # the question kept whole
+    assert plain is None
+    assert all(r["prompt_tokens"] + 32 <= 8192 for r in rows)
+    s = summarize(rows)
+    assert s["truncated_examples"] == 2 and s["truncated"]["generator"]["examples"] == 2
+
+
+@pytest.mark.vllm
+def test_the_vllm_generator_answers_both(long_examples):
+    """The default engine: before the fit, vLLM refused a prompt of 8192 tokens plus the answer's."""
+    pytest.importorskip("vllm")
+    from harness.generators.lm_generator import LMGenerator
+    from methods.vanilla import Full
+
+    gen = LMGenerator(LM, "smollm2-vllm", engine="vllm", dtype="float32")
+    rows, _ = process(long_examples, Full(), gen, on_error="fail")
+    assert_answered(rows)
+    assert all("generator" in r["meta"]["truncated"] for r in rows)
+
+
+def method_config(name: str):
+    from hydra import compose, initialize_config_dir
+
+    from harness.config import register_resolvers
+    from tests.conftest import REPO
+
+    register_resolvers()
+    with initialize_config_dir(str(REPO / "conf"), version_base="1.3"):
+        return compose("config", overrides=[f"method={name}", "models.lm_dtype=float32"]).method
+
+
+# the stage under which each method records its own cut of the long question (None: it never reads it)
+STAGES = {
+    "compselect": "extractor",
+    "finefilter": "extractor",
+    "exit": "exit",
+    "refiner": "refiner",
+    "recomp_abs": "recomp",
+    "edc2": "edc2",
+    "longllmlingua": "longllmlingua",
+    "selective_context": None,
+}
+
+
+@pytest.fixture()
+def release_adapters():
+    """Each merged adapter (CompSelect's, FineFilter's) is an engine of its own: stop them after each method."""
+    yield
+    from harness.lm import release
+
+    release(lambda lm: lm.info["adapter"] is not None)
+
+
+@pytest.mark.usefixtures("release_adapters")
+@pytest.mark.parametrize("name", list(STAGES))
+def test_every_lm_method_compresses_both_and_the_generator_answers(name, env, small, long_examples):
+    method = build_method(method_config(name))
+    method.bind(env)
+    rows, _ = process(long_examples, method, small, on_error="fail")
+    assert_answered(rows)
+    cuts = rows[0]["meta"].get("truncated", {})
+    stage = STAGES[name]
+    if stage is not None:
+        assert cuts[stage]["question"] > 0, cuts
