@@ -204,9 +204,11 @@ def test_e2e_gate_is_exact_at_one_and_differentiable(generator, nq5):
 
 
 def test_eval_mode_reproduces_the_committed_heads_heldout_figures(tmp_path):
-    """``mode=eval`` labels (here: reads the committed label cache, no generator pass) the held-back questions
-    and scores an existing head on them: on its own training task it gives the manifest's figures."""
+    """``mode=eval`` labels (here: reads a copy of the committed label cache, no generator pass) the held-back
+    questions and scores an existing head on them: on its own training task it gives the manifest's figures. The
+    copy lives in ``tmp_path``: a cache miss appends to it, never to the committed file."""
     import json
+    import shutil
 
     from hydra import compose, initialize_config_dir
 
@@ -218,6 +220,8 @@ def test_eval_mode_reproduces_the_committed_heads_heldout_figures(tmp_path):
         # the committed labels were made by the default (vLLM) generator: read from the cache, no model loads
         manifest = json.loads((WEIGHTS / "manifest.json").read_text())
         limit = manifest["config"]["limit"]  # the same train questions, hence the same held-back share
+        labels = tmp_path / "labels.jsonl"
+        shutil.copy(WEIGHTS.parents[4] / manifest["label_cache"], labels)  # a path from the repository root
         cfg = compose(
             "train/csm",
             overrides=[
@@ -226,6 +230,7 @@ def test_eval_mode_reproduces_the_committed_heads_heldout_figures(tmp_path):
                 f"limit={limit}",
                 "progress=false",
                 f"eval_out={tmp_path / 'e.json'}",
+                f"label_cache={labels}",
             ],
         )
     apply_profile_env(cfg)
