@@ -144,3 +144,15 @@ def test_an_id_prompt_that_still_overflows_keeps_its_head_and_tail_in_the_model_
     assert len(kept) == 8160 and kept[:100] == ids[:100] and kept[-32:] == ids[-32:]
     assert "cut to 8160" in caplog.text
     assert lm._ids(ids[:50], 8160) == ids[:50]
+
+
+def test_fitted_ids_serve_only_their_own_tokenizer(lm):
+    """A generator's fitted prompt carries its tokenizer's ids; another LM (a CI scorer of other weights, or a
+    server generator whose byte estimate gives no real ids) encodes the messages again."""
+    from harness.lm.fit import fit_messages
+
+    own = fit_messages(lm, get_prompt("paper"), "where is Elm?", ["Elm\nA town."], 32)
+    assert own.tokenizer is lm.tokenizer and lm._ids(own) == own.ids == lm.encode_chat(own)
+    by_bytes = fit_messages(ByteEstimate(SMOLLM2, 8192), get_prompt("paper"), "where is Elm?", ["Elm\nA town."], 32)
+    assert set(by_bytes.ids) == {0}  # a count, not a tokenization
+    assert lm._ids(by_bytes) == lm.encode_chat(by_bytes) != by_bytes.ids

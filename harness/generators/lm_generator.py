@@ -17,6 +17,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+from harness.lm.fit import truncated_of
 from harness.metrics import answer_rule
 from harness.prompt import get_prompt
 from harness.protocols import Messages
@@ -79,21 +80,22 @@ class LMGenerator:
     def messages(self, question: str, documents: Sequence[str]) -> Messages:
         """The chat prompt of ``question`` over ``documents`` (this generator's template), fitted to the model
         (``harness.lm.fit``: a ``FittedMessages`` holding its token ids and what was cut)."""
-        from harness.lm.fit import FittedMessages, fit_prompt
+        from harness.lm.fit import fit_messages
 
-        fit = fit_prompt(
+        return fit_messages(
             self.lm,
-            lambda documents, question: self.prompt.messages(question, documents),
-            {"documents": list(documents), "question": question},
+            self.prompt,
+            question,
+            documents,
             self.max_new_tokens,
             limit=self.max_input_tokens,
             chat_kwargs=self.chat_template_kwargs,
         )
-        return FittedMessages(fit.prompt, fit.ids, fit.cut)
 
     def _encode(self, messages: Messages) -> list[int]:
-        """Token ids of a chat prompt: a fitted one's own; another one is fitted as ids (head and tail kept)."""
-        ids = getattr(messages, "ids", None)
+        """Token ids of a chat prompt: a fitted one's own (fitted to this model); another one is encoded and fitted
+        as ids (head and tail kept)."""
+        ids = getattr(messages, "ids", None) if getattr(messages, "tokenizer", None) is self.lm.tokenizer else None
         if ids is None:
             from harness.lm.fit import budget, fit_ids
 
@@ -108,7 +110,7 @@ class LMGenerator:
         encoded = [self._encode(m) for m in prompts]
         outs = self.lm.generate(encoded, self.max_new_tokens)
         return [
-            Generation(o.text, self.answer_rule(o.text), len(e), len(o.token_ids), dict(getattr(m, "truncated", {})))
+            Generation(o.text, self.answer_rule(o.text), len(e), len(o.token_ids), truncated_of(m))
             for m, e, o in zip(prompts, encoded, outs, strict=True)
         ]
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from harness.lm.fit import truncated_of
 from harness.lm.server import ServerClient
 from harness.metrics import answer_rule
 from harness.prompt import get_prompt
@@ -88,21 +89,15 @@ class OpenAIServerGenerator:
     def messages(self, question: str, documents: Sequence[str]) -> Messages:
         """The chat prompt of ``question`` over ``documents`` (this generator's template), fitted to the served
         model (see the module docstring)."""
-        from harness.lm.fit import FittedMessages, fit_prompt
+        from harness.lm.fit import fit_messages
 
-        fit = fit_prompt(
-            self._fitter,
-            lambda documents, question: self.prompt.messages(question, documents),
-            {"documents": list(documents), "question": question},
-            self.max_new_tokens,
-        )
-        return FittedMessages(fit.prompt, fit.ids, fit.cut)
+        return fit_messages(self._fitter, self.prompt, question, documents, self.max_new_tokens)
 
     def generate(self, prompts: Sequence[Messages]) -> list[Generation]:
         replies = self.client.complete([list(m) for m in prompts], self.max_new_tokens)
         return [
             Generation(r.text, self.answer_rule(r.text), r.prompt_tokens, r.completion_tokens, cut)
-            for r, cut in zip(replies, (dict(getattr(m, "truncated", {})) for m in prompts), strict=True)
+            for r, cut in zip(replies, map(truncated_of, prompts), strict=True)
         ]
 
     def describe(self) -> dict[str, Any]:

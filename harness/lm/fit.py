@@ -1,7 +1,8 @@
 """Every LM call fits its prompt to its engine: one rule, here, for the generator and every method's LM stages.
 
 **The rule.** A prompt's tokens plus the call's ``max_new_tokens`` must fit the engine's context
-(``LM.context_length``: the engine's ``max_model_len``, else the model config's ``max_position_embeddings``).
+(``LM.context_length``: the engine's ``max_model_len``, else the model config's ``max_position_embeddings``,
+else the tokenizer's ``model_max_length``, else 2048).
 A prompt is rendered from named parts (``fit_prompt``: the instruction stays in the render function; the parts
 are, say, ``documents`` and ``question``). When it does not fit:
 
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,12 +46,39 @@ class Fit:
 
 
 class FittedMessages(list):
-    """Chat messages fitted to an LM (a plain ``Messages`` list to every reader) carrying their token ids and
-    what the fit cut (``truncated``: tokens per part, empty when nothing was cut)."""
+    """Chat messages fitted to an LM (a plain ``Messages`` list to every reader) carrying their token ids, the
+    tokenizer those ids are of (``tokenizer``: another LM re-encodes the messages) and what the fit cut
+    (``truncated``: tokens per part, empty when nothing was cut)."""
 
-    def __init__(self, messages: Any, ids: list[int], truncated: dict[str, int]) -> None:
+    def __init__(self, messages: Any, ids: list[int], truncated: dict[str, int], tokenizer: Any = None) -> None:
         super().__init__(messages)
-        self.ids, self.truncated = ids, truncated
+        self.ids, self.truncated, self.tokenizer = ids, truncated, tokenizer
+
+
+def truncated_of(messages: Any) -> dict[str, int]:
+    """What fitting cut from ``messages`` (tokens per part; empty for messages not fitted or not cut)."""
+    return dict(getattr(messages, "truncated", {}))
+
+
+def fit_messages(
+    lm: Any,
+    template: Any,
+    question: str,
+    documents: Sequence[str],
+    max_new_tokens: int,
+    limit: int | None = None,
+    chat_kwargs: dict[str, Any] | None = None,
+) -> FittedMessages:
+    """A generator's chat prompt (``template.messages(question, documents)``) fitted to ``lm`` by the rule."""
+    fit = fit_prompt(
+        lm,
+        lambda documents, question: template.messages(question, documents),
+        {"documents": list(documents), "question": question},
+        max_new_tokens,
+        limit=limit,
+        chat_kwargs=chat_kwargs,
+    )
+    return FittedMessages(fit.prompt, fit.ids, fit.cut, getattr(lm, "tokenizer", None))
 
 
 class ByteEstimate:

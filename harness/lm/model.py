@@ -125,9 +125,10 @@ class LM:
         return self.tokenizer.decode(list(ids), skip_special_tokens=True)
 
     def _ids(self, prompt: list[int] | Messages, room: int | None = None) -> list[int]:
-        """Token ids of a prompt (a fitted one's own), cut to ``room`` tokens if given and exceeded (the last
-        resort of ``harness.lm.fit``: head and tail kept, a warning logged)."""
-        if isinstance(getattr(prompt, "ids", None), list):
+        """Token ids of a prompt (a fitted one's own when fitted with this LM's tokenizer; messages fitted to
+        another model, e.g. the generator's prompt scored by another LM, are encoded again), cut to ``room`` tokens
+        if given and exceeded (the last resort of ``harness.lm.fit``: head and tail kept, a warning logged)."""
+        if isinstance(getattr(prompt, "ids", None), list) and getattr(prompt, "tokenizer", None) is self.tokenizer:
             ids = list(prompt.ids)  # type: ignore[union-attr]
         elif prompt and isinstance(prompt[0], dict):
             ids = self.encode_chat(prompt)  # type: ignore[arg-type]

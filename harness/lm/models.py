@@ -59,7 +59,7 @@ def folder_hashes(folder: Path, skip: str) -> dict[str, str]:
     return {f.name: _cached_hash(f) for f in sorted(folder.iterdir()) if f.is_file() and f.name != skip}
 
 
-def intact(folder: Path, marker: str) -> bool:
+def intact(folder: Path, marker: str, warn: bool = True) -> bool:
     """Whether a folder this cache derived (converted or merged weights) is whole: its ``marker`` names every
     file's SHA-256 (``files``) and each file is there with that hash. A damaged one is logged in one line, to be
     built again: a cache is never the reason a run cannot start."""
@@ -68,7 +68,8 @@ def intact(folder: Path, marker: str) -> bool:
     except (OSError, ValueError):
         return False
     if not isinstance(listed, dict) or not listed:
-        log.warning("%s: derived weights without file hashes (older cache); building them again", folder)
+        if warn:
+            log.warning("%s: derived weights without file hashes (older cache); building them again", folder)
         return False
     for name, want in listed.items():
         try:
@@ -76,7 +77,10 @@ def intact(folder: Path, marker: str) -> bool:
         except OSError as e:
             found = f"unreadable ({type(e).__name__})"
         if found != want:
-            log.warning("%s: SHA-256 %s, expected %s; building the derived weights again", folder / name, found, want)
+            if warn:
+                log.warning(
+                    "%s: SHA-256 %s, expected %s; building the derived weights again", folder / name, found, want
+                )
             return False
     return True
 
@@ -88,7 +92,7 @@ def seal_folder(tmp: Path, out: Path, marker: str, record: dict) -> None:
 
     (tmp / marker).write_text(json.dumps({**record, "files": folder_hashes(tmp, marker)}, indent=1))
     out.parent.mkdir(parents=True, exist_ok=True)
-    if out.exists() and not intact(out, marker):
+    if out.exists() and not intact(out, marker, warn=False):  # the caller said why it built them again
         shutil.rmtree(out, ignore_errors=True)
     try:
         tmp.rename(out)

@@ -26,8 +26,9 @@ encodes head, context and tail apart).
 
 Departures, and why: sentences come from the harness splitter (pysbd; EXIT uses spaCy's rule-based
 sentencizer) so that every method sees the same sentences; weights run in ``dtype`` (EXIT loads the base in
-4-bit, which needs bitsandbytes and a GPU); a context longer than ``max_length`` keeps its head and tail, as
-EXIT does. The threshold is not restricted to [0, 1] (above 1 keeps nothing, 0 keeps everything).
+4-bit, which needs bitsandbytes and a GPU); a context longer than the LM's window loses its passage from the
+end, then the query (``harness.lm.fit``, the harness's one rule; EXIT keeps the head and tail). The threshold is
+not restricted to [0, 1] (above 1 keeps nothing, 0 keeps everything).
 """
 
 from __future__ import annotations
