@@ -13,6 +13,7 @@ from harness.lm.model import LM
 from harness.prompt import get_prompt
 from harness.records import summarize
 from tests.conftest import LM as SMOLLM2
+from tests.http_stub import JSONHandler, chat_reply, serve
 
 SENTENCE = "The river flows past the old mill and the town of Elm. "
 LONG_QUESTION = " ".join(["who"] * 30_000) + "?"  # 30,000 words
@@ -108,33 +109,15 @@ def test_the_server_generator_fits_its_prompts_and_records_the_cut(stub_server, 
     assert out[2].text == "Question: where is Elm?\nDocuments:\nDoc1: Oak\nShort."
 
 
+class _Echo(JSONHandler):
+    def do_POST(self):
+        self.send_json(chat_reply(self.read_json()["messages"][-1]["content"]))
+
+
 @pytest.fixture()
 def stub_server():
-    import json
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-    class Echo(BaseHTTPRequestHandler):
-        def do_POST(self):
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            out = {
-                "choices": [{"message": {"content": body["messages"][-1]["content"]}, "finish_reason": "stop"}],
-                "usage": {"prompt_tokens": 3, "completion_tokens": 1},
-            }
-            data = json.dumps(out).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, *args):
-            pass
-
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), Echo)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{srv.server_port}/v1"
-    srv.shutdown()
+    with serve(_Echo) as url:
+        yield url
 
 
 def test_an_id_prompt_that_still_overflows_keeps_its_head_and_tail_in_the_model_layer(lm, caplog):
