@@ -198,6 +198,12 @@ def test_e2e_gate_is_exact_at_one_and_differentiable(generator, nq5):
     m = binary_concrete(scores, generator=torch.Generator().manual_seed(0))
     loss = lm.sufficiency(e, m) + lm.necessity(e, 1 - m)
     loss.backward()
+    # under another template (the embedded profile's), each unit's span is still its own document line
+    first = SoftMaskLM(generator.model, generator.tokenizer, "attention", "documents_first")
+    e = first.encode(ex.question, docs, None)
+    assert e.ids.tolist() == generator._encode(build_messages(ex.question, docs, "documents_first"))
+    for j, d in enumerate(docs):
+        assert f"Doc{j + 1}: {d}".startswith(generator.tokenizer.decode(e.ids[e.unit_of == j]).strip())
     assert torch.isfinite(scores.grad).all() and scores.grad.abs().sum() > 0
     near_zero = torch.tensor([1.0, 1e-9, 1.0])  # unit 1 gated away: attend to units 0 and 2 only
     assert float(lm.sufficiency(e, near_zero)) != pytest.approx(ref, abs=1e-3)
@@ -227,6 +233,8 @@ def test_eval_mode_reproduces_the_committed_heads_heldout_figures(tmp_path):
             overrides=[
                 "mode=eval",
                 "dataset=nq",
+                "generator.prompt=paper",  # the committed heads' labels were asked so
+                "generator.answer=paper",
                 f"limit={limit}",
                 "progress=false",
                 f"eval_out={tmp_path / 'e.json'}",
