@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 
 class LoraLM:
     """A causal LM with named LoRA adapters (``{"extractor": dir, "truncator": dir}``); ``adapter=None`` is
-    the plain base model."""
+    the plain base model. ``context_length`` is the base model's (``harness.lm.fit`` fits prompts to it)."""
 
     def __init__(
         self,
@@ -50,6 +50,7 @@ class LoraLM:
             base = load_causal_lm(ref, dtype, device, trust_remote_code)
         self.base = base
         self.model = self._with_adapters(base) if self.adapters else base
+        self.context_length = int(getattr(base.config, "max_position_embeddings", None) or 2048)
 
     def _with_adapters(self, base):
         from peft import PeftModel
