@@ -2,9 +2,12 @@
 the real embedded model (SmolLM2-135M): no exception, an answer, and ``meta.truncated`` naming what was cut
 (``harness.lm.fit``).
 
-The rule reads ``LM.context_length``; the in-process tests narrow it to ``WINDOW`` tokens (the same rule on a
-smaller window: 8k-token forward passes on a 2-core CPU took ~10 min a method). The vLLM test keeps the engine's
-own 8,192, whose refusal was the bug."""
+The rule reads ``LM.context_length``; the in-process tests narrow it to ``WINDOW`` tokens, 1/8 of SmolLM2's
+8,192 (the same rule on a smaller window: 8k-token forward passes on a 2-core CPU took ~10 min a method). The
+generator tests keep the full-size inputs; the vLLM test also keeps the engine's own 8,192, whose refusal was the
+bug. The methods read inputs scaled by the same 1/8 (3,750 and 6,250 words: still ~4x and ~8x the window), as
+EXIT, LongLLMLingua and Selective-Context score every sentence or token they are given (the full-size passage
+took ~5 min each, for the same cuts)."""
 
 from __future__ import annotations
 
@@ -18,22 +21,34 @@ from tests.conftest import LM
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def long_examples(nq5) -> list[Example]:
-    """An NQ example asked with a 30,000-word question, and one whose last passage has 50,000 words."""
+def long_pair(nq5, question_words: int, passage_words: int) -> list[Example]:
+    """An NQ example asked with a question of ``question_words`` words, and one whose last passage has at least
+    ``passage_words``."""
     base = nq5[0]
     q_words = base.question.split()
-    question = " ".join(q_words[i % len(q_words)] for i in range(30_000))
+    question = " ".join(q_words[i % len(q_words)] for i in range(question_words))
     text = " ".join(p.text for p in nq5[1].passages)
-    passage = Passage(" ".join([text] * (50_000 // len(text.split()) + 1)), "A very long passage")
-    assert len(question.split()) == 30_000 and len(passage.text.split()) >= 50_000
+    passage = Passage(" ".join([text] * (passage_words // len(text.split()) + 1)), "A very long passage")
+    assert len(question.split()) == question_words and len(passage.text.split()) >= passage_words
     return [
         Example("long-question", question, base.answers, base.passages),
         Example("long-passage", nq5[1].question, nq5[1].answers, (*nq5[1].passages, passage)),
     ]
 
 
-WINDOW = 1024
+@pytest.fixture(scope="module")
+def long_examples(nq5) -> list[Example]:
+    """A 30,000-word question, and a 50,000-word passage."""
+    return long_pair(nq5, 30_000, 50_000)
+
+
+WINDOW = 1024  # 8,192 / 8
+
+
+@pytest.fixture(scope="module")
+def scaled_examples(nq5) -> list[Example]:
+    """The same, scaled as the window: a 3,750-word question, a 6,250-word passage."""
+    return long_pair(nq5, 30_000 // 8, 50_000 // 8)
 
 
 @pytest.fixture()
@@ -112,11 +127,11 @@ STAGES = {
 
 @pytest.mark.usefixtures("window")
 @pytest.mark.parametrize("name", list(STAGES))
-def test_every_lm_method_compresses_both_and_the_generator_answers(name, env, generator, long_examples):
+def test_every_lm_method_compresses_both_and_the_generator_answers(name, env, generator, scaled_examples):
     """On the transformers engine (the rule lives in the model layer, above either engine)."""
     method = build_method(method_config(name))
     method.bind(env)
-    rows, _ = process(long_examples, method, generator, on_error="fail")
+    rows, _ = process(scaled_examples, method, generator, on_error="fail")
     assert_answered(rows)
     cuts = rows[0]["meta"].get("truncated", {})
     stage = STAGES[name]
