@@ -32,8 +32,10 @@ class ClueReranker:
         self.batch_size, self.max_seq_length = batch_size, max_seq_length
         self.model = None
 
-    def load(self) -> None:
-        """The shared base encoder (``trained`` None) or the trained one, from the model layer."""
+    def load(self, check: bool = True) -> None:
+        """The shared base encoder (``trained`` None) or the trained one, from the model layer; ``check``: against
+        its manifest's SHA-256 first (off for the reranker a training run has just written, whose manifest comes
+        at the end of that run)."""
         if self.model is not None:
             return
         from harness.artifacts import check_artifact
@@ -42,7 +44,8 @@ class ClueReranker:
         if self.trained is None:
             self.model = sentence_encoder(self.base, self.device)
             return
-        check_artifact(self.trained, "python -m methods.compselect.train")  # missing or changed: one line
+        if check:
+            check_artifact(self.trained, "python -m methods.compselect.train")  # missing or changed: one line
         self.model = tuned_sentence_encoder(self.base, self.trained, self.device, self.max_seq_length)
 
     def score(self, question: str, texts: Sequence[str]) -> list[float]:

@@ -313,7 +313,7 @@ def truncation_ks(ctx: Context, clues: Clues) -> tuple[dict[str, list], list[int
 
     cfg, by_id = ctx.cfg, ctx.by_id
     reranker = ClueReranker(cfg.reranker.base, str(ctx.out / "reranker"), cfg.device)
-    reranker.load()
+    reranker.load(check="reranker" not in cfg.stages)  # trained by this run: its manifest is not written yet
     with ctx.watch("truncator_labels"):
         ranked = {}
         for i in clues.label_ids:
