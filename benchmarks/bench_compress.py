@@ -72,9 +72,7 @@ def _batch(examples, mode: str):
 def _generate_s(gen, examples, documents) -> float:
     """Seconds per example the shared generator takes to answer ``examples`` with ``documents``, as one batch
     (the mean of ``ROUNDS`` timings after one warm-up call)."""
-    from harness.prompt import build_messages
-
-    msgs = [build_messages(e.question, d) for e, d in zip(examples, documents, strict=True)]
+    msgs = [gen.messages(e.question, d) for e, d in zip(examples, documents, strict=True)]  # its prompt, fitted
     gen.generate(msgs)
     times = []
     for _ in range(ROUNDS):

@@ -47,7 +47,6 @@ def main() -> None:
 
     from harness.config import compose_config
     from harness.data import DatasetSpec, load_dataset
-    from harness.prompt import build_messages
     from harness.provenance import hardware
     from harness.runner import get_generator, run
 
@@ -70,7 +69,6 @@ def main() -> None:
     gen, _ = get_generator(cfg.generator)
     d = cfg.dataset
     exs = load_dataset(DatasetSpec(d.name, d.path, int(d.top_k), d.rank, args.n))
-    prompts = [build_messages(e.question, [p.render() for p in e.passages]) for e in exs]
     print(f"hardware: {hardware()}")
     for kind in args.contexts.split(","):
         docs = {
@@ -78,7 +76,7 @@ def main() -> None:
             "top1": lambda e: [p.render() for p in e.passages[:1]],
             "none": lambda e: [],
         }[kind]
-        prompts = [build_messages(e.question, docs(e)) for e in exs]
+        prompts = [gen.messages(e.question, docs(e)) for e in exs]  # the generator's own prompt, fitted
         gen.generate(prompts[:2])  # warm-up
         t0 = time.perf_counter()
         one = [gen.generate([p])[0] for p in prompts]

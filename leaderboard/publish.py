@@ -201,7 +201,6 @@ class _Page:
     md: list[str] = field(default_factory=list)
     head: list[str] = field(default_factory=list)
     tail: list[str] = field(default_factory=list)
-    plot_files: list[tuple[str, str, Path]] = field(default_factory=list)
     written: list[Path] = field(default_factory=list)
     depth: int = 0
     archive: bool = False
@@ -411,7 +410,6 @@ def _plot(page: _Page, kind: str, frame: pd.DataFrame, profile: str, gen: str) -
     if fn(frame, profile, gen, path) is None:
         path.unlink(missing_ok=True)  # a stale plot from an earlier publish
         return
-    page.plot_files.append((profile, gen, path))
     page.md.append(f"![{kind} {profile} {gen}]({path.name})\n")
     (page.tail if page.archive else page.head).append(html.figure(profile, gen, path))
     page.written.append(path)

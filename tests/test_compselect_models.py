@@ -340,6 +340,20 @@ if __name__ == "__main__":
 """
 
 
+TINY_LORA = dict(r=4, alpha=8, dropout=0.0, target_modules=["q_proj", "v_proj"])  # RESUME_SCRIPT's adapter
+TINY_SCHEDULE = dict(epochs=3, grad_accum=2, warmup_ratio=0.1, seed=0)
+
+
+@pytest.fixture()
+def tiny_case(tmp_path) -> dict:
+    """RESUME_SCRIPT's namespace: ``tiny()`` (a random tiny Llama), ``data()`` (train, val) and ``run``."""
+    import runpy
+
+    script = tmp_path / "resume_case.py"
+    script.write_text(RESUME_SCRIPT)
+    return runpy.run_path(str(script))
+
+
 def test_interrupted_training_resumes_to_the_uninterrupted_adapter(tmp_path):
     """``kill -9`` in the middle of LoRA SFT (after the step-4 checkpoint, during step 5), then the same call:
     it resumes at step 4 and ends with exactly the adapter, losses and selected step of an uninterrupted run."""
@@ -348,8 +362,7 @@ def test_interrupted_training_resumes_to_the_uninterrupted_adapter(tmp_path):
     case, ckpt = killed_training(tmp_path, RESUME_SCRIPT, 5)  # died by SIGKILL, leaving the step-4 checkpoint
     from harness.lm.lora import eval_loss, from_checkpoint
 
-    lora = dict(r=4, alpha=8, dropout=0.0, target_modules=["q_proj", "v_proj"])
-    stopped = {w: from_checkpoint(case["tiny"](), ckpt, which=w, **lora) for w in ("best", "last")}
+    stopped = {w: from_checkpoint(case["tiny"](), ckpt, which=w, **TINY_LORA) for w in ("best", "last")}
     resumed, r_report = case["run"](ckpt)
     whole, w_report = case["run"](None)
     # the adapter of the stopped run: its step-4 state (last) or its best validated step so far (best)
@@ -376,46 +389,17 @@ def test_interrupted_training_resumes_to_the_uninterrupted_adapter(tmp_path):
     from harness.lm.lora import train_lora
 
     with pytest.raises(ValueError, match="other settings or data"):
-        train_lora(
-            case["tiny"](),
-            train,
-            val,
-            r=4,
-            alpha=8,
-            dropout=0.0,
-            target_modules=["q_proj", "v_proj"],
-            lr=1e-3,
-            epochs=3,
-            grad_accum=2,
-            warmup_ratio=0.1,
-            seed=0,
-            checkpoint=ckpt,
-            save_every=2,
-        )
+        train_lora(case["tiny"](), train, val, lr=1e-3, checkpoint=ckpt, save_every=2, **TINY_LORA, **TINY_SCHEDULE)
 
 
-def test_bf16_autocast_keeps_fp32_master_weights_and_tracks_the_fp32_losses(tmp_path):
+def test_bf16_autocast_keeps_fp32_master_weights_and_tracks_the_fp32_losses(tiny_case):
     """``compute_dtype="bfloat16"`` (mixed precision): the LoRA stays fp32, the losses follow the fp32 run's
     closely (bf16 rounding only) and both runs lower the loss; the report says which was used."""
-    import runpy
-
-    script = tmp_path / "resume_case.py"
-    script.write_text(RESUME_SCRIPT)
-    case = runpy.run_path(str(script))
-    train, val = case["data"]()
     from harness.lm.lora import train_lora
 
-    kw = dict(
-        r=4,
-        alpha=8,
-        dropout=0.0,
-        target_modules=["q_proj", "v_proj"],
-        lr=5e-3,
-        epochs=3,
-        grad_accum=2,
-        warmup_ratio=0.1,
-        seed=0,
-    )
+    case = tiny_case
+    train, val = case["data"]()
+    kw = dict(lr=5e-3, **TINY_LORA, **TINY_SCHEDULE)
     _, r32 = train_lora(case["tiny"](), train, val, **kw)
     m16, r16 = train_lora(case["tiny"](), train, val, compute_dtype="bfloat16", **kw)
     assert r32["compute_dtype"] is None and r16["compute_dtype"] == "bfloat16"
@@ -425,35 +409,15 @@ def test_bf16_autocast_keeps_fp32_master_weights_and_tracks_the_fp32_losses(tmp_
     assert r16["val_loss_after"] < r16["val_loss_before"] and r32["val_loss_after"] < r32["val_loss_before"]
 
 
-def test_auto_compute_dtype_is_bf16_only_where_the_cpu_has_it(tmp_path):
+def test_auto_compute_dtype_is_bf16_only_where_the_cpu_has_it(tiny_case):
     """``compute_dtype: auto`` (the embedded training config) runs bf16 autocast only on a CPU with native bf16
     (emulated bf16 is several times slower than fp32 elsewhere) and the report records what ran, not ``auto``."""
-    import runpy
-
     from harness.lm.hardware import native_bf16
-    from harness.lm.lora import resolve_compute_dtype
+    from harness.lm.lora import resolve_compute_dtype, train_lora
 
-    script = tmp_path / "resume_case.py"
-    script.write_text(RESUME_SCRIPT)
-    case = runpy.run_path(str(script))
-    train, val = case["data"]()
-    from harness.lm.lora import train_lora
-
-    _, report = train_lora(
-        case["tiny"](),
-        train,
-        val,
-        r=4,
-        alpha=8,
-        dropout=0.0,
-        target_modules=["q_proj", "v_proj"],
-        lr=5e-3,
-        epochs=1,
-        grad_accum=2,
-        warmup_ratio=0.1,
-        seed=0,
-        compute_dtype="auto",
-    )
+    train, val = tiny_case["data"]()
+    schedule = {**TINY_SCHEDULE, "epochs": 1}
+    _, report = train_lora(tiny_case["tiny"](), train, val, lr=5e-3, compute_dtype="auto", **TINY_LORA, **schedule)
     assert report["compute_dtype"] == ("bfloat16" if native_bf16() else None)
     assert resolve_compute_dtype("bfloat16") == "bfloat16"
     assert resolve_compute_dtype(None) is None and resolve_compute_dtype("float32") is None

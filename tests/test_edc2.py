@@ -6,8 +6,6 @@ tests/test_openai_server.py."""
 from __future__ import annotations
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import ClassVar
 
 import numpy as np
@@ -18,6 +16,7 @@ from methods.edc2.cluster import dynamic_clusters
 from methods.edc2.llm import LocalLLM, ServerLLM
 from methods.edc2.method import EDC2
 from methods.edc2.prompts import COMPRESS, compress_prompt, keep_summary
+from tests.http_stub import JSONHandler, serve
 
 Q = np.array([1.0, 0.0, 0.0])
 DOCS = np.array(
@@ -96,33 +95,22 @@ def test_edc2_end_to_end_on_embedded_models(env, nq5):
             assert c.units is None
 
 
-class _Endpoint(BaseHTTPRequestHandler):
+class _Endpoint(JSONHandler):
     replies: ClassVar[list[tuple[str, str]]] = []
     seen: ClassVar[list[dict]] = []
 
     def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        body = self.read_json()
         type(self).seen.append({"auth": self.headers.get("Authorization"), "body": body})
         prompt = body["messages"][0]["content"]
         reply = next(r for key, r in type(self).replies if key in prompt)
-        out = json.dumps({"choices": [{"message": {"content": reply}}]}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(out)))
-        self.end_headers()
-        self.wfile.write(out)
-
-    def log_message(self, *args):
-        pass
+        self.send_json({"choices": [{"message": {"content": reply}}]})
 
 
 @pytest.fixture()
 def endpoint():
-    srv = HTTPServer(("127.0.0.1", 0), _Endpoint)
-    t = threading.Thread(target=srv.serve_forever, daemon=True)
-    t.start()
-    yield f"http://127.0.0.1:{srv.server_port}/v1"
-    srv.shutdown()
+    with serve(_Endpoint) as url:
+        yield url
 
 
 def test_dropped_summaries_never_reach_the_generator_and_all_dropped_falls_back(env, endpoint, monkeypatch):

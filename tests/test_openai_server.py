@@ -15,7 +15,6 @@ import sys
 import threading
 import time
 import urllib.request
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import ClassVar
 
@@ -23,6 +22,7 @@ import pytest
 
 from harness.lm.server import ServerClient, ServerError
 from tests.conftest import LM, REPO
+from tests.http_stub import JSONHandler, chat_reply, serve
 
 KEY = "sk-harness-FAKE-5d0c3e9a71b24f68"  # recognisable: grepped for in every file and log of the runs
 MODEL = "smollm2-135m-instruct"  # the served model's name
@@ -406,7 +406,7 @@ def test_no_tokenizer_is_refused_and_the_key_variable_name_is_not_redacted():
     }
 
 
-class _Stub(BaseHTTPRequestHandler):
+class _Stub(JSONHandler):
     """Answers each POST with the next status of ``statuses`` (then 200, echoing the last message), after
     ``delay_s``; counts requests and the most in flight at once."""
 
@@ -418,7 +418,7 @@ class _Stub(BaseHTTPRequestHandler):
 
     def do_POST(self):
         cls = type(self)
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        body = self.read_json()
         with cls.lock:
             cls.seen.append(self.headers.get("Authorization"))
             cls.live[0] += 1
@@ -426,36 +426,20 @@ class _Stub(BaseHTTPRequestHandler):
             status = cls.statuses.pop(0) if cls.statuses else 200
         time.sleep(cls.delay_s)
         if status == 200:
-            content = body["messages"][-1]["content"]
-            out = {
-                "choices": [{"message": {"content": f" {content} "}, "finish_reason": "stop"}],
-                "usage": {"prompt_tokens": 3, "completion_tokens": 1},
-            }
+            out = chat_reply(f" {body['messages'][-1]['content']} ")
         else:  # an error body that echoes the credentials, as some servers do
             out = {"error": f"status {status} for {self.headers.get('Authorization')}"}
-        data = json.dumps(out).encode()
         with cls.lock:
             cls.live[0] -= 1
-        self.send_response(status)
-        if status == 429:
-            self.send_header("Retry-After", "0")
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args):
-        pass
+        self.send_json(out, status, {"Retry-After": "0"} if status == 429 else None)
 
 
 @pytest.fixture()
 def stub(monkeypatch):
     monkeypatch.setenv("HARNESS_STUB_KEY", KEY)
     _Stub.statuses, _Stub.delay_s, _Stub.seen, _Stub.live = [], 0.0, [], [0, 0]
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Stub)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{srv.server_port}/v1"
-    srv.shutdown()
+    with serve(_Stub) as url:
+        yield url
 
 
 def client(url: str, **kw) -> ServerClient:

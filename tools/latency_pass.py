@@ -64,14 +64,19 @@ def cpu_label() -> str:
     return f"{provenance.hardware().get('cpu')}, {kind}"
 
 
-def published_variants(runs: Path, profile: str, generator: str) -> list[str]:
-    """The variants (no extra overrides) published under ``runs`` for this profile and generator."""
+def published_variants(runs: Path, profile: str, generator: str) -> tuple[list[str], str]:
+    """The variants (no extra overrides) published under ``runs`` for this profile and generator; where it has
+    none yet (a new generator, before its runs are published), those of the newest published block of the
+    profile. Returns them and the generator whose block they came from."""
     from leaderboard.collect import collect
+    from leaderboard.headline import newest_block
     from leaderboard.reference import variant_order
 
     df = collect(runs)
-    df = df[(df.profile == profile) & (df.generator == generator) & ~df.variant.str.contains(r"\[", regex=True)]
-    return variant_order(list(df.variant.unique()))
+    df = df[(df.profile == profile) & ~df.variant.str.contains(r"\[", regex=True)]
+    if not (df.generator == generator).any() and len(df):
+        generator = newest_block(df)[1]
+    return variant_order(list(df[df.generator == generator].variant.unique())), generator
 
 
 @dataclass
@@ -268,9 +273,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         variants = a.variants.split(",")
     else:
         cfg = compose_config(overrides=[*SAMPLE, *a.overrides])
-        variants = published_variants(a.runs, str(cfg.profile.name), str(cfg.generator.name))
+        variants, block = published_variants(a.runs, str(cfg.profile.name), str(cfg.generator.name))
         if not variants:
-            raise SystemExit(f"no variant of generator {cfg.generator.name} published under {a.runs}: --variants")
+            raise SystemExit(f"no variant of profile {cfg.profile.name} published under {a.runs}: --variants")
+        if block != cfg.generator.name:
+            print(f"{cfg.generator.name} has no published block yet: timing the variants of {block}'s")
     out = a.out or Path("results") / "latency" / f"{PREFIX}{time.strftime('%Y%m%dT%H%M%S')}.jsonl"
     found = latency_pass(variants, a.datasets.split(","), a.n, a.repeats, a.warmup, out, a.overrides)
     f = lambda x, spec=".3f": "-" if x is None else format(x, spec)  # noqa: E731

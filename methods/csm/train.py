@@ -21,6 +21,7 @@ import os
 import random
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from harness.config import apply_profile_env, register_resolvers
+from harness.protocols import Messages
 from harness.provenance import REPO_ROOT
 
 register_resolvers()
@@ -44,6 +46,13 @@ class LazyScorer:
     def __init__(self, gcfg: DictConfig, threads: int | None = None) -> None:
         self.gcfg, self.threads = gcfg, threads
         self._gen = None
+
+    def messages(self, question: str, documents: Sequence[str]) -> Messages:
+        """The generator's template (``generator.prompt``), known without building it: CI labels and their cache
+        keys are asked with it."""
+        from harness.prompt import build_messages
+
+        return build_messages(question, documents, str(self.gcfg.prompt))
 
     def describe(self) -> dict[str, Any]:
         from harness.lm.models import resolve
@@ -110,6 +119,7 @@ def _e2e_settings(cfg: DictConfig) -> dict[str, Any]:
         "encoder": cfg.encoder,
         "granularity": cfg.granularity,
         "label_temperature": float(cfg.rebalance.label_temperature),
+        "prompt": str(cfg.generator.prompt),
     }
 
 
@@ -309,7 +319,7 @@ def train_e2e(cfg: DictConfig, data: Labelled) -> Trained | dict[str, Any]:
     feats, dim = _feature_fn(cfg.encoder, samples + data.held)
     e = cfg.e2e
     model, tokenizer = data.scorer.torch_model()
-    lm = SoftMaskLM(model, tokenizer, e.gate)
+    lm = SoftMaskLM(model, tokenizer, e.gate, str(cfg.generator.prompt))
     if e.get("export") or e.get("import_from"):
         doc = train_e2e_file.build_export(str(cfg.generator.model), _e2e_settings(cfg), samples, data.held, feats, lm)
         if e.get("export"):

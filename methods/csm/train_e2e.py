@@ -60,18 +60,18 @@ def binary_concrete(
 class SoftMaskLM:
     """The frozen generator LM with a differentiable per-unit gate."""
 
-    def __init__(self, model, tokenizer, gate: str = "attention") -> None:
+    def __init__(self, model, tokenizer, gate: str = "attention", prompt: str = "paper") -> None:
         if gate not in GATES:
             raise ValueError(f"gate={gate!r}; valid: {', '.join(GATES)}")
-        self.model, self.tok, self.gate = model, tokenizer, gate
+        self.model, self.tok, self.gate, self.prompt = model, tokenizer, gate, prompt
         for p in self.model.parameters():
             p.requires_grad_(False)
 
     def encode(self, question: str, docs: Sequence[str], answer: str | None) -> Encoded:
-        msgs = build_messages(question, docs)
+        msgs = build_messages(question, docs, self.prompt)  # the generator's template
         text = self.tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
         enc = self.tok(text, add_special_tokens=False, return_offsets_mapping=True)
-        user = msgs[1]["content"]
+        user = msgs[-1]["content"]
         base = text.rfind(user)
         if base < 0:
             raise ValueError("the chat template does not contain the user message verbatim")
