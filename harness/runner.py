@@ -15,7 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
 from harness import metrics, provenance, renames, resources
-from harness.data import DatasetSpec, load_dataset_report
+from harness.data import DatasetError, DatasetSpec, LoadedDataset, load_dataset_report
 from harness.prompt import render_documents
 from harness.protocols import Compressor, Generator, MethodEnv
 from harness.records import RUN, RunRecords, config_key, summarize
@@ -202,24 +202,35 @@ def process(
             f"example {ex.id}: method {compressor.name}, stage {f.stage}: {type(f.error).__name__}: "
             f"{one_line(f.error)} (on_error=skip records the error and goes on)"
         )
-    n = len(examples)
     replayed = {"compress_calls": r1[0] - r0[0], "generate_calls": r2[0] - r1[0]}
+    per_example = ((t1 - t0 + r1[1] - r0[1]) / len(examples), (t2 - t1 + r2[1] - r1[1]) / len(examples))
+    rows = _rows(examples, outcome, generator, per_example, batch_size or len(examples))
+    for row in rows:
+        if any(replayed.values()) and "error" not in row:
+            row["replayed"] = replayed
+    return rows, t2 - t0
+
+
+def _rows(
+    examples: Sequence[Example],
+    outcome: Sequence[Any],
+    generator: Generator,
+    seconds: tuple[float, float],
+    batch: int,
+) -> list[dict[str, Any]]:
+    """One record per example: its scores, from its (compression, generation) pair and the per-example
+    (compression, generation) ``seconds``, or its failure."""
     rows = []
     for ex, result in zip(examples, outcome, strict=True):
         if isinstance(result, Failure):
             log.warning("example %s failed in %s: %s", ex.id, result.stage, one_line(result.error))
-            rows.append(_failed_record(ex, result, batch_size or n))
+            rows.append(_failed_record(ex, result, batch))
             continue
         comp, gen = result
         original = generator.count_tokens(render_documents([p.render() for p in ex.passages]))
         compressed = generator.count_tokens(render_documents(comp.documents))
-        cs = (t1 - t0 + r1[1] - r0[1]) / n
-        gs = (t2 - t1 + r2[1] - r1[1]) / n
-        row = _record(ex, comp, gen, original, compressed, cs, gs, batch_size or n)
-        if any(replayed.values()):
-            row["replayed"] = replayed
-        rows.append(row)
-    return rows, t2 - t0
+        rows.append(_record(ex, comp, gen, original, compressed, *seconds, batch))
+    return rows
 
 
 def latency_pass(
@@ -319,44 +330,16 @@ def run(cfg: DictConfig, out_dir: str | Path) -> dict[str, Any]:
 def _run(cfg: DictConfig, out_dir: Path, shard: Shard | None) -> dict[str, Any]:
     """``run`` in its locked folder: all of the examples, or a shard's share of them."""
     t_start = time.perf_counter()
-    d = cfg.dataset
-    skip = bool(d.get("skip_unanswerable", False))
-    sample, seed = str(d.get("sample", "first")), int(d.get("seed", 0))
-    loaded = load_dataset_report(
-        DatasetSpec(d.name, d.path, int(d.top_k), d.rank, cfg.limit, skip, sample=sample, seed=seed)
-    )
-    examples = loaded.examples  # validated before any model loads
-    mine = examples if shard is None else shard.take(examples)
-    if not mine:
-        from harness.data import DatasetError
-
-        raise DatasetError(
-            f"{d.path}: shard={cfg.shard} selects no example: the split gives {len(examples)} and shard i takes "
-            "every n-th from the i-th"
-        )
-
+    loaded, mine = _examples(cfg, shard)  # validated before any model loads
+    examples = loaded.examples
     key_cfg = key_config(cfg)
     records = RunRecords(out_dir, config_key(key_cfg), key_cfg)
     t_load = time.perf_counter()
     generator, generator_loaded, compressor = _models(cfg, records)
     load_s = time.perf_counter() - t_load
 
-    on_error = str(cfg.get("on_error", "fail"))
     todo = [e for e in mine if "error" in records.predictions.get(e.id, {"error": "not yet run"})]
-    model_s = 0.0
-    with tqdm(
-        total=len(mine),
-        initial=len(mine) - len(todo),
-        desc=f"{cfg.method.name}/{d.name}" + ("" if shard is None else f" shard {shard.index}/{shard.count}"),
-        unit="ex",
-        disable=not cfg.progress,
-    ) as bar:
-        for batch in _batches(todo, int(cfg.batch_size)):
-            rows, secs = process(batch, compressor, generator, int(cfg.batch_size), on_error)
-            model_s += secs
-            records.add_predictions(rows)
-            bar.update(len(batch))
-
+    model_s = _accuracy_pass(cfg, todo, len(mine), shard, compressor, generator, records)
     lat = cfg.latency
     lat_sample = examples[: int(lat.samples)]
     if shard is not None:  # the shard's part of the unsharded run's latency sample
@@ -368,7 +351,74 @@ def _run(cfg: DictConfig, out_dir: Path, shard: Shard | None) -> dict[str, Any]:
     preds = [records.predictions[e.id] for e in mine]
     lats = [records.latency[e.id] for e in lat_sample if e.id in records.latency]
     wall_s = time.perf_counter() - t_start - load_s
-    summary = {
+    timing = {"wall_s": wall_s, "model_s": model_s, "load_s": load_s, "computed": len(todo)}
+    summary = _summary(cfg, summarize(preds, lats), len(loaded.skipped), timing, generator_loaded)
+    summary.update(
+        method_info=compressor.describe(),
+        generator_info=generator.describe(),
+        config=provenance.redact(OmegaConf.to_container(cfg, resolve=True)),
+        config_key=records_key(records),
+        packages=provenance.package_versions(),
+        git=provenance.git_commit(),
+        hardware=provenance.hardware(),
+        finished_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    )
+    if shard is None:
+        records.write_summary(summary)
+    else:
+        summary["shard"] = shard.describe(examples, mine)
+        write_shard_summary(out_dir, summary)
+    return summary
+
+
+def _examples(cfg: DictConfig, shard: Shard | None) -> tuple[LoadedDataset, list[Example]]:
+    """The loaded split (``load_dataset_report``) and the examples this run takes (a shard's share, or all)."""
+    d = cfg.dataset
+    skip = bool(d.get("skip_unanswerable", False))
+    sample, seed = str(d.get("sample", "first")), int(d.get("seed", 0))
+    loaded = load_dataset_report(
+        DatasetSpec(d.name, d.path, int(d.top_k), d.rank, cfg.limit, skip, sample=sample, seed=seed)
+    )
+    mine = list(loaded.examples) if shard is None else shard.take(loaded.examples)
+    if not mine:
+        raise DatasetError(
+            f"{d.path}: shard={cfg.shard} selects no example: the split gives {len(loaded.examples)} and shard i "
+            "takes every n-th from the i-th"
+        )
+    return loaded, mine
+
+
+def _accuracy_pass(
+    cfg: DictConfig,
+    todo: Sequence[Example],
+    total: int,
+    shard: Shard | None,
+    compressor: Compressor,
+    generator: Generator,
+    records: RunRecords,
+) -> float:
+    """The examples not yet recorded, in batches of ``batch_size``, each batch recorded as it ends (a resume
+    goes on from there). Returns the model seconds spent."""
+    on_error = str(cfg.get("on_error", "fail"))
+    model_s = 0.0
+    name = f"{cfg.method.name}/{cfg.dataset.name}" + ("" if shard is None else f" shard {shard.index}/{shard.count}")
+    with tqdm(total=total, initial=total - len(todo), desc=name, unit="ex", disable=not cfg.progress) as bar:
+        for batch in _batches(todo, int(cfg.batch_size)):
+            rows, secs = process(batch, compressor, generator, int(cfg.batch_size), on_error)
+            model_s += secs
+            records.add_predictions(rows)
+            bar.update(len(batch))
+    return model_s
+
+
+def _summary(
+    cfg: DictConfig, scores: dict[str, Any], skipped: int, timing: dict[str, Any], generator_loaded: bool
+) -> dict[str, Any]:
+    """The head of a run's summary: what ran, its scores (``summarize``), and how its time went."""
+    d = cfg.dataset
+    sample, seed = str(d.get("sample", "first")), int(d.get("seed", 0))
+    wall_s, model_s = timing["wall_s"], timing["model_s"]
+    return {
         "method": cfg.method.name,
         "dataset": d.name,
         "split": d.get("split"),
@@ -376,33 +426,19 @@ def _run(cfg: DictConfig, out_dir: Path, shard: Shard | None) -> dict[str, Any]:
         "profile": cfg.profile.name,
         "sample": sample,
         "sample_seed": seed if sample == "shuffled" else None,
-        **summarize(preds, lats),
-        "skipped_examples": len(loaded.skipped),
+        **scores,
+        "skipped_examples": skipped,
         "run": {
             "wall_s": wall_s,
             "model_s": model_s,
-            "load_s": load_s,
+            "load_s": timing["load_s"],
             "generator_loaded_here": generator_loaded,
-            "examples_computed": len(todo),
+            "examples_computed": timing["computed"],
             "overhead": wall_s / model_s if model_s > 0 else None,
             "batch_size": int(cfg.batch_size),
-            "latency_warmup": int(lat.warmup),
+            "latency_warmup": int(cfg.latency.warmup),
         },
-        "method_info": compressor.describe(),
-        "generator_info": generator.describe(),
-        "config": provenance.redact(OmegaConf.to_container(cfg, resolve=True)),
-        "config_key": records_key(records),
-        "packages": provenance.package_versions(),
-        "git": provenance.git_commit(),
-        "hardware": provenance.hardware(),
-        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
-    if shard is None:
-        records.write_summary(summary)
-    else:
-        summary["shard"] = shard.describe(examples, mine)
-        write_shard_summary(out_dir, summary)
-    return summary
 
 
 def _models(cfg: DictConfig, records: RunRecords) -> tuple[Generator, bool, Compressor]:

@@ -10,8 +10,11 @@ import pandas as pd
 
 from leaderboard.matched import MIN_N
 
+COLLECTED = ("profile", "generator", "dataset", "variant", "n", "subem", "em", "f1", "cr", "commit", "finished_at")
 
-def main(argv: list[str] | None = None) -> int:
+
+def parser() -> argparse.ArgumentParser:
+    """The four subcommands: publish, archive, collect, compare."""
     ap = argparse.ArgumentParser(prog="python -m leaderboard", description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("publish", help="write Markdown, CSV, LaTeX, plots and index.html")
@@ -42,7 +45,11 @@ def main(argv: list[str] | None = None) -> int:
     k.add_argument("--dataset", required=True, help="nq | triviaqa | hotpotqa")
     k.add_argument("--generator", help="the generator block, where several hold both variants")
     k.add_argument("--no-contexts", action="store_true", help="leave the kept contexts out")
-    a = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parser().parse_args(argv)
     if a.cmd == "compare":
         from leaderboard.compare import CompareError, compare, report
 
@@ -51,42 +58,22 @@ def main(argv: list[str] | None = None) -> int:
         except CompareError as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
-        for line in report(c, contexts=not a.no_contexts):
-            print(line)
-        return 0
-    if a.cmd == "publish":
+        lines = report(c, contexts=not a.no_contexts)
+    elif a.cmd == "publish":
         from leaderboard.publish import publish
 
-        for path in publish(a.results, a.out, a.resamples, a.seed, a.baseline, a.min_n, a.headline):
-            print(path)
-        return 0
-    if a.cmd == "archive":
+        lines = map(str, publish(a.results, a.out, a.resamples, a.seed, a.baseline, a.min_n, a.headline))
+    elif a.cmd == "archive":
         from leaderboard.archive import archive
 
-        for path in archive(a.results, a.dest):
-            print(path)
-        return 0
-    from leaderboard.collect import collect
+        lines = map(str, archive(a.results, a.dest))
+    else:
+        from leaderboard.collect import collect
 
-    df = collect(a.results)
-    with pd.option_context("display.width", 200, "display.max_columns", 20):
-        print(
-            df[
-                [
-                    "profile",
-                    "generator",
-                    "dataset",
-                    "variant",
-                    "n",
-                    "subem",
-                    "em",
-                    "f1",
-                    "cr",
-                    "commit",
-                    "finished_at",
-                ]
-            ].to_string(index=False)
-        )
+        with pd.option_context("display.width", 200, "display.max_columns", 20):
+            lines = [collect(a.results)[list(COLLECTED)].to_string(index=False)]
+    for line in lines:
+        print(line)
     return 0
 
 

@@ -13,7 +13,7 @@ import pandas as pd
 
 from harness.metrics import corpus_cr
 from harness.records import echo_share, subem_from_echo
-from leaderboard.collect import METRICS, read_predictions, read_records
+from leaderboard.collect import METRICS, read_records
 
 MIN_N = 50
 
@@ -24,7 +24,8 @@ def matched(runs: pd.DataFrame, min_n: int = MIN_N) -> tuple[pd.DataFrame, pd.Da
     examples."""
     kept, left = [], []
     for _, g in runs.groupby(["profile", "generator", "dataset"], sort=False):
-        preds = {i: read_predictions(r.folder, None if pd.isna(r.n) else int(r.n)) for i, r in g.iterrows()}
+        recs = {i: read_records(r.folder, None if pd.isna(r.n) else int(r.n)) for i, r in g.iterrows()}
+        preds = {i: pd.DataFrame(r) for i, r in recs.items()}
         big = [i for i in g.index if len(preds[i]) >= min_n and "id" in preds[i]]
         left += [i for i in g.index if i not in big]
         if not big:
@@ -37,10 +38,8 @@ def matched(runs: pd.DataFrame, min_n: int = MIN_N) -> tuple[pd.DataFrame, pd.Da
             for m in METRICS:
                 row[m] = 100.0 * p[m].mean() if len(p) else None
             row["cr"], row["cr_mean"] = corpus_cr(list(p.original_tokens), list(p.compressed_tokens))
-            recs = [
-                r for r in read_records(row.folder, None if pd.isna(row.n_run) else int(row.n_run)) if r["id"] in common
-            ]
-            row["echo"], row["subem_from_echo"] = echo_share(recs), subem_from_echo(recs)
+            shared = [r for r in recs[i] if r["id"] in common]
+            row["echo"], row["subem_from_echo"] = echo_share(shared), subem_from_echo(shared)
             kept.append(row)
     out = pd.DataFrame(kept).reset_index(drop=True) if kept else runs.iloc[0:0].assign(ids=None)
     return out, runs.loc[left].reset_index(drop=True)

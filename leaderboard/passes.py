@@ -36,7 +36,7 @@ def _spread(values: Sequence[float]) -> tuple[float | None, float | None]:
     return (statistics.fmean(values), max(values) - min(values)) if values else (None, None)
 
 
-def _figures(row: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]:
+def figures_vs_baseline(row: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]:
     """The row's figures against its pass's ``full`` row, repeat by repeat (a repeat where either lacks a time
     is left out)."""
     pairs = {
@@ -69,10 +69,10 @@ def compare(passes: pd.DataFrame, baseline: str = "full") -> pd.DataFrame:
     out = []
     for r in recs:
         b = base.get(tuple(r[k] for k in SAME))
-        figures = _figures(r, b) if b is not None else dict.fromkeys(COMPARED)
+        found = figures_vs_baseline(r, b) if b is not None else dict.fromkeys(COMPARED)
         if b is None:
-            figures.update(online_vs_full_ratio_spread=None, total_vs_full_ratio_spread=None)
-        out.append({**r, **figures, "compared": b is not None})
+            found.update(online_vs_full_ratio_spread=None, total_vs_full_ratio_spread=None)
+        out.append({**r, **found, "compared": b is not None})
     return pd.DataFrame(out)
 
 

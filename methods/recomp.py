@@ -26,6 +26,7 @@ tokens, about the paper's summary length (Table 2: CR 11.12x on NQ, ~65 tokens o
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from harness.lm.fit import truncated_meta
@@ -38,6 +39,15 @@ INSTRUCTION = (
     "If nothing in the document is relevant to the question, output nothing."
 )
 KINDS = ("seq2seq", "causal-lm")
+
+
+@dataclass(frozen=True)
+class Summary:
+    """One abstractive summary, its token count, and the cut of its input (``harness.lm.fit``'s keys), if any."""
+
+    text: str
+    tokens: int
+    cut: dict[str, int] = field(default_factory=dict)
 
 
 def recomp_input(example: Example) -> str:
@@ -81,11 +91,12 @@ class RecompAbstractive(Compressor):
 
             self._lm = seq2seq_lm(self.model, self.dtype)
 
-    def _summaries_seq2seq(self, inputs: list[str]) -> list[tuple[str, int]]:
+    def _summaries_seq2seq(self, inputs: list[str]) -> list[Summary]:
+        """T5 summaries; the tokenizer cuts each input to the compressor's window (its design: nothing recorded)."""
         import torch
 
         model, tok = self._lm
-        out: list[tuple[str, int]] = []
+        out: list[Summary] = []
         for i in range(0, len(inputs), self.batch_size):
             enc = tok(
                 inputs[i : i + self.batch_size],
@@ -107,17 +118,16 @@ class RecompAbstractive(Compressor):
             drop = {gc.pad_token_id, gc.decoder_start_token_id, tok.pad_token_id, *eos}
             for row in gen.tolist():
                 ids = [t for t in row if t not in drop]
-                out.append((tok.decode(ids, skip_special_tokens=True).strip(), len(ids)))
+                out.append(Summary(tok.decode(ids, skip_special_tokens=True).strip(), len(ids)))
         return out
 
-    def _summaries_causal(self, inputs: list[str]) -> list[tuple[str, int]]:
-        """Summaries (and their token counts) of RECOMP inputs, each cut to its first ``max_input_tokens`` (the
-        T5 compressor's input window): the question comes first, so this cuts the documents from their end, and
-        the question only when it alone overflows (the model layer's rule, ``harness.lm.fit``); ``self._cuts``
-        records a cut of the question (and so of every document) per input. The prompt then fits the LM
-        (``fit_ids`` as a last resort)."""
+    def _summaries_causal(self, inputs: list[str]) -> list[Summary]:
+        """Summaries of RECOMP inputs, each cut to its first ``max_input_tokens`` (the T5 compressor's input
+        window): the question comes first, so this cuts the documents from their end, and the question only when
+        it alone overflows (the model layer's rule, ``harness.lm.fit``); a summary's ``cut`` records a cut of the
+        question (and so of every document). The prompt then fits the LM (``fit_ids`` as a last resort)."""
         lm = self._lm
-        prompts, self._cuts = [], []
+        prompts, cuts = [], []
         for text in inputs:
             ids = lm.tokenizer(text, add_special_tokens=False)["input_ids"]
             cut: dict[str, int] = {}
@@ -127,26 +137,25 @@ class RecompAbstractive(Compressor):
                 if question:  # the documents cut alone are the method's design (its input window): not recorded
                     cut = {"documents": len(ids) - head, "question": question}
                 text = lm.tokenizer.decode(ids[: self.max_input_tokens])
-            self._cuts.append(cut)
+            cuts.append(cut)
             msgs = [{"role": "system", "content": self.instruction}, {"role": "user", "content": text}]
             prompts.append(lm.encode_chat(msgs))
-        return [(o.text, len(o.token_ids)) for o in lm.generate(prompts, self.max_new_tokens)]
+        outs = lm.generate(prompts, self.max_new_tokens)
+        return [Summary(o.text, len(o.token_ids), cut) for o, cut in zip(outs, cuts, strict=True)]
 
     def compress_batch(self, examples: Sequence[Example]) -> list[Compressed]:
         todo = [i for i, e in enumerate(examples) if e.passages]
         inputs = [recomp_input(examples[i]) for i in todo]
         run = self._summaries_causal if self.kind == "causal-lm" else self._summaries_seq2seq
-        self._cuts: list[dict[str, int]] = []
         summaries = dict(zip(todo, run(inputs) if inputs else [], strict=True))
-        cuts = dict(zip(todo, self._cuts, strict=False))
         out = []
         for i in range(len(examples)):
-            text, n = summaries.get(i, ("", 0))
+            s = summaries.get(i, Summary("", 0))
             requested = {"max_new_tokens": self.max_new_tokens, "max_input_tokens": self.max_input_tokens}
-            meta = {"requested": requested, "summary_tokens": n, "empty": not text}
-            if cuts.get(i):
-                meta["truncated"] = truncated_meta("recomp", cuts[i])
-            out.append(Compressed(documents=[text] if text else [], units=None, meta=meta))
+            meta = {"requested": requested, "summary_tokens": s.tokens, "empty": not s.text}
+            if s.cut:
+                meta["truncated"] = truncated_meta("recomp", s.cut)
+            out.append(Compressed(documents=[s.text] if s.text else [], units=None, meta=meta))
         return out
 
     def compress(self, example: Example) -> Compressed:

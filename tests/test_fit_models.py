@@ -127,10 +127,13 @@ STAGES = {
 
 @pytest.mark.usefixtures("window")
 @pytest.mark.parametrize("name", list(STAGES))
-def test_every_lm_method_compresses_both_and_the_generator_answers(name, env, generator, scaled_examples):
-    """On the transformers engine (the rule lives in the model layer, above either engine)."""
+def test_every_lm_method_compresses_both_and_the_generator_answers(name, env, generator, scaled_examples, monkeypatch):
+    """On the transformers engine (the rule lives in the model layer, above either engine). LongLLMLingua scores
+    with llmlingua's own copy of the model, whose window is its ``max_position_embeddings``: narrowed alike."""
     method = build_method(method_config(name))
     method.bind(env)
+    if hasattr(getattr(method, "compressor", None), "max_position_embeddings"):
+        monkeypatch.setattr(method.compressor, "max_position_embeddings", WINDOW)
     rows, _ = process(scaled_examples, method, generator, on_error="fail")
     assert_answered(rows)
     cuts = rows[0]["meta"].get("truncated", {})

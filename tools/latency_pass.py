@@ -43,6 +43,7 @@ from harness.protocols import Compressor, Generator, MethodEnv
 from harness.runner import build_method, get_generator, process
 from harness.text import forget_splits
 from harness.types import Example
+from leaderboard.passes import figures_vs_baseline
 
 BASELINE = "full"
 DATASETS = ("nq", "triviaqa", "hotpotqa")
@@ -152,10 +153,6 @@ def _mean(xs: Sequence[float]) -> float | None:
     return statistics.fmean(xs) if xs else None
 
 
-def _ratios(a: Sequence[float | None], b: Sequence[float | None]) -> list[float | None]:
-    return [x / y if x is not None and y else None for x, y in zip(a, b, strict=True)]
-
-
 def _summary(values: Sequence[float | None]) -> tuple[float | None, float | None]:
     """Mean and spread (max - min) over the repeats; None if any repeat lacks the figure."""
     if not values or any(v is None for v in values):
@@ -183,17 +180,16 @@ def variant_lms(method: Compressor, generator: Generator) -> list[dict[str, Any]
 
 
 def rows(s: Setup, times: dict[str, list[list[tuple[float, float]]]], common: dict[str, Any]) -> list[dict]:
-    """One result row per variant: means, ratios to ``full`` within each repeat, spreads."""
+    """One result row per variant: means, spreads, and the figures against ``full`` within each repeat
+    (``leaderboard.passes.figures_vs_baseline``, the same the leaderboard recomputes)."""
     per: dict[str, dict[str, list[float | None]]] = {}
     for v, reps in times.items():
         comp = [_mean([c for c, _ in rep]) for rep in reps]
         online = [_mean([g for _, g in rep]) for rep in reps]
         total = [None if c is None or g is None else c + g for c, g in zip(comp, online, strict=True)]
         per[v] = {"compress": comp, "online": online, "total": total, "n": [len(rep) for rep in reps]}
-    base = per[BASELINE]
     out = []
     for v, p in per.items():
-        on_r, tot_r = _ratios(p["online"], base["online"]), _ratios(p["total"], base["total"])
         row = {
             **common,
             "profile": s.profile,
@@ -209,17 +205,14 @@ def rows(s: Setup, times: dict[str, list[list[tuple[float, float]]]], common: di
             "total_s": _summary(p["total"])[0],
             "online_s_spread": _summary(p["online"])[1],
             "total_s_spread": _summary(p["total"])[1],
-            "online_vs_full_ratio": _summary(on_r)[0],
-            "total_vs_full_ratio": _summary(tot_r)[0],
-            "online_vs_full_ratio_spread": _summary(on_r)[1],
-            "total_vs_full_ratio_spread": _summary(tot_r)[1],
             "compress_s_repeats": p["compress"],
             "online_s_repeats": p["online"],
             "total_s_repeats": p["total"],
             "lms": variant_lms(s.methods[v], s.generator),
         }
         out.append(row)
-    return out
+    base = next(r for r in out if r["variant"] == BASELINE)
+    return [{**r, **figures_vs_baseline(r, base)} for r in out]
 
 
 def latency_pass(

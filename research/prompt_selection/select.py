@@ -34,7 +34,11 @@ from harness.metrics import ANSWER_RULES, echo, subem
 from harness.records import PREDICTIONS, SUMMARY, read_jsonl
 
 MAX_ECHO = 5.0
-OUT = Path(__file__).with_name("figures-n100.csv")
+
+
+def default_out(n: int | None) -> Path:
+    """Where a stage's figures go: ``figures-n50.csv`` for the screening stage (``--n 50``), else ``-n100``."""
+    return Path(__file__).with_name(f"figures-n{n or 100}.csv")
 
 
 def cells(root: Path, n: int | None = None) -> pd.DataFrame:
@@ -106,14 +110,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description="score the prompt-selection runs")
     ap.add_argument("root", type=Path)
     ap.add_argument("--n", type=int, help="the first n questions of each run (the screening stage: 50)")
-    ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--out", type=Path, help="the figures' CSV (default: figures-n<N>.csv beside this file)")
     ap.add_argument("--prompts", help="comma-separated: only these candidates (the finalists of stage 2)")
     ap.add_argument("--markdown", action="store_true", help="print the README's table instead")
     args = ap.parse_args()
     df = cells(args.root, args.n)
     if args.prompts:
         df = df[df.prompt.isin(args.prompts.split(","))]
-    df.round(2).to_csv(args.out, index=False)
+    df.round(2).to_csv(args.out or default_out(args.n), index=False)
     if args.markdown:
         print(markdown(df, args.n))
         return
