@@ -39,6 +39,7 @@ figure{margin:1rem 0}figure img{max-width:100%;border:1px solid #eee}
 .prov:target{outline:3px solid #f0b400}
 .prov dt{font-weight:600;float:left;clear:left;width:11rem}.prov dd{margin-left:11.5rem;word-break:break-all}
 .note{color:#555;font-size:12.5px}.wide{overflow-x:auto}
+#cmp-diff td{text-align:left;white-space:normal;max-width:24rem;vertical-align:top}
 """
 
 JS = """

@@ -18,7 +18,9 @@ Files written under ``out``:
 - ``latency_pass.csv``: the latency passes found under ``results`` (``latency-pass-*.jsonl``, written by
   ``python -m tools.latency_pass``) with their figures against ``full`` (``leaderboard.passes``: within a pass and
   CPU only); each block shows its newest pass as "Latency side by side", rows of other passes apart.
-- ``index.html``: one self-contained page, in the same order (the grid of every run folded behind its filters).
+- ``index.html``: one self-contained page, in the same order (the grid of every run folded behind its filters),
+  and after the headline block a view comparing any two of its rows question by question
+  (``leaderboard.compare_view``).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from leaderboard import html, passes, plots, reference, stats, tables
+from leaderboard import compare_view, html, passes, plots, reference, stats, tables
 from leaderboard.collect import collect
 from leaderboard.headline import aliases, mark_aliases, pick_headline
 from leaderboard.matched import MIN_N, matched
@@ -513,6 +515,8 @@ def publish(
     top = pick_headline(shown, headline)
     page.md.append(_intro(results, out, len(runs), when, top, resamples, baseline))
     _block(page, d, *top, baseline, min_n)
+    in_top = shown[(shown.profile == top[0]) & (shown.generator == top[1])]
+    page.html("Compare two rows, question by question", compare_view.compare_html(compare_view.compare_data(in_top)))
     rest = [b for b in tables.groups(shown) if b != top]
     if rest:
         page.md.append("## Archive\n\nThe other generators' blocks (older runs, or another profile), each as above.\n")

@@ -133,3 +133,29 @@ def test_page_renders_offline_sorts_filters_and_links_provenance(browser, page_f
     assert "embedded:smollm2-135m-instruct@b179c9523d0e" in prov.inner_text()
     assert prov.locator("dt:text-is('config key') + dd").inner_text().startswith("key-")  # pairs stay aligned
     page.close()
+
+
+def test_the_compare_view_pairs_any_two_headline_rows_question_by_question(browser, page_file):
+    """bm25 (right on the first 6 of 20) against full (the first 12): 0 wins, 6 losses, 14 ties, -30 points, and
+    the 6 questions where they differ; the selects offer only the headline block's rows."""
+    page = browser.new_page(viewport={"width": 1500, "height": 1000})
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(page_file.as_uri())
+    page.wait_for_load_state("load")
+    assert not errors
+    options = page.eval_on_selector_all("#cmp-a option", "os => os.map(o => o.value)")
+    assert sorted(options) == ["bm25", "full", "naive", "oracle_sentences"]
+    assert page.input_value("#cmp-d") == "nq" and page.input_value("#cmp-b") == "full"
+    page.select_option("#cmp-a", "bm25")
+    assert page.inner_text("#cmp-out") == (
+        "bm25 vs full: 20 shared questions; SubEM 0 wins, 6 losses, 14 ties for A; difference -30.0 points"
+    )
+    page.click("text=The questions where A and B differ")
+    rows = page.eval_on_selector_all("#cmp-diff tbody tr", "rs => rs.map(r => [...r.cells].map(c => c.textContent))")
+    assert [r[1] for r in rows] == [f"nq-{i}" for i in range(6, 12)]
+    assert rows[0][2:9] == ["B", "q6", "Paris", "London", "0", "4x", ""] and rows[0][9] == "Paris"
+    page.select_option("#cmp-d", "triviaqa")
+    page.select_option("#cmp-a", "oracle_sentences")
+    assert "SubEM 6 wins, 0 losses, 14 ties for A; difference +30.0 points" in page.inner_text("#cmp-out")
+    page.close()
