@@ -5,9 +5,9 @@ the real embedded model (SmolLM2-135M): no exception, an answer, and ``meta.trun
 The rule reads ``LM.context_length``; the in-process tests narrow it to ``WINDOW`` tokens, 1/8 of SmolLM2's
 8,192 (the same rule on a smaller window: 8k-token forward passes on a 2-core CPU took ~10 min a method). The
 generator tests keep the full-size inputs; the vLLM test also keeps the engine's own 8,192, whose refusal was the
-bug. The methods read a question scaled by the same 1/8 (3,750 words, ~4x the window) and a 2,000-word passage
-(~2.5x the window): EXIT, LongLLMLingua and Selective-Context score every sentence or token they are given (the
-full-size passage took over 10 min each, a 6,250-word one 2-4 min, for the same kind of cut)."""
+bug. The methods read a 1,500-word question and a 1,500-word passage, each about twice the window: EXIT,
+LongLLMLingua and Selective-Context score every sentence or token they are given (the full-size passage took over
+10 min each, a 6,250-word one 2-4 min, for the same kind of cut)."""
 
 from __future__ import annotations
 
@@ -47,8 +47,8 @@ WINDOW = 1024  # 8,192 / 8
 
 @pytest.fixture(scope="module")
 def scaled_examples(nq5) -> list[Example]:
-    """The question scaled as the window (3,750 words), a passage of 2,000 words (both beyond the window)."""
-    return long_pair(nq5, 30_000 // 8, 2_000)
+    """A question and a passage of 1,500 words each (~1,900 tokens: both beyond the window)."""
+    return long_pair(nq5, 1_500, 1_500)
 
 
 @pytest.fixture()
