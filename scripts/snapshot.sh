@@ -4,12 +4,16 @@
 # dataset.seed=0), into the results root results-snapshot, one run after another in one Hydra multirun (one
 # process: the generator loads once). Resumable: re-running skips the examples already recorded.
 #
-#   scripts/snapshot.sh [baselines|trained|all] [extra Hydra overrides...]    (default: all)
+#   scripts/snapshot.sh [baselines|trained|all|table2] [extra Hydra overrides...]    (default: all)
 #
 # baselines: the variants that need no trained artifact; trained: those that load models trained here
 # (CompSelect and its ablations, FineFilter, the CSM surrogates, EXIT). Every variant of conf/method is
-# in exactly one group (tests/test_configs.py checks). RESULTS=<dir> changes the results root, DRY_RUN=1 prints
-# the command instead of running it. Then: python -m leaderboard archive results-snapshot leaderboard/runs, and
+# in exactly one group (tests/test_configs.py checks). table2: the rows of the papers' Table 2 on every question of
+# each shipped test split (limit=null: NQ 800, TriviaQA 400, HotpotQA 400); their folders are the 200-question
+# runs', so on one machine it resumes after them. shard=i/n splits it over machines (harness.shards; the last
+# shard merges); a shard does not skip what its run folder already holds, so shard a fresh RESULTS root.
+# RESULTS=<dir> changes the results root, DRY_RUN=1 prints the command instead of running it. Then:
+# python -m leaderboard archive results-snapshot leaderboard/runs, and
 # python -m leaderboard publish leaderboard/runs leaderboard/snapshot.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,19 +36,26 @@ TRAINED=(
   exit
 )
 
+TABLE2=(
+  naive full bm25 bge_reranker recomp_extr recomp_abs longllmlingua selective_context exit refiner
+  compselect finefilter oracle_sentences
+)
+
 group=${1:-all}
+limit=200
 [ $# -gt 0 ] && shift
 case "$group" in
   baselines) methods=("${BASELINES[@]}") ;;
   trained) methods=("${TRAINED[@]}") ;;
   all) methods=("${BASELINES[@]}" "${TRAINED[@]}") ;;
-  *) echo "usage: $0 [baselines|trained|all] [hydra overrides...]" >&2; exit 2 ;;
+  table2) methods=("${TABLE2[@]}"); limit=null ;;
+  *) echo "usage: $0 [baselines|trained|all|table2] [hydra overrides...]" >&2; exit 2 ;;
 esac
 
 cmd=(
   "${PYTHON:-.venv/bin/python}" -m harness -m
   "method=$(IFS=,; echo "${methods[*]}")"
-  dataset=nq,triviaqa,hotpotqa dataset.sample=shuffled dataset.seed=0 limit=200
+  dataset=nq,triviaqa,hotpotqa dataset.sample=shuffled dataset.seed=0 "limit=$limit"
   "results_dir=${RESULTS:-results-snapshot}"
   "$@"
 )
