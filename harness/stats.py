@@ -77,3 +77,20 @@ def paired_bootstrap(
     lo, hi = np.quantile(means, [al, 1 - al])
     p = min(1.0, 2 * min(float((means <= 0).mean()), float((means >= 0).mean())))
     return Paired(100 * d.mean(), 100 * float(lo), 100 * float(hi), p, int(d.size))
+
+
+POWER = 0.8
+
+
+def detectable_difference(disagree: float, n: int, level: float = LEVEL, power: float = POWER) -> float:
+    """The smallest true difference in a mean of 0/1 scores (percent points) that a paired two-sided test at
+    ``level`` finds with probability ``power`` on ``n`` pairs, when the two runs disagree on a share ``disagree`` of
+    them: ``(z_(1+level)/2 + z_power) * sqrt(disagree / n)`` (the normal approximation of McNemar's test near no
+    difference, where the per-pair difference has variance ``disagree``). The paired bootstrap's interval
+    half-width is the first term alone: a smaller difference can come out significant, but not reliably."""
+    from statistics import NormalDist
+
+    if n <= 0:
+        raise ValueError(f"detectable_difference needs n > 0 pairs, got {n}")
+    z = NormalDist().inv_cdf
+    return 100 * (z((1 + level) / 2) + z(power)) * float(np.sqrt(disagree / n))

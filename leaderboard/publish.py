@@ -229,6 +229,31 @@ def _alias_note(g: pd.DataFrame) -> str:
     )
 
 
+def _power_note(g: pd.DataFrame, baseline: str) -> str:
+    """Per dataset and n, the smallest SubEM difference from ``baseline`` that the paired test detects with power
+    0.8 (``harness.stats.detectable_difference``), at the median share of questions where a row and the baseline
+    disagree."""
+    if "disagree_subem" not in g:
+        return ""
+    rows = g[(g.variant != baseline) & g.disagree_subem.notna()]
+    parts = []
+    for ds in tables.datasets(g):
+        d = rows[rows.dataset == ds]
+        at_n = [
+            f"{stats.detectable_difference(float(k.disagree_subem.median()), int(n)):.1f} points at n = {int(n)} "
+            f"(median disagreement {100 * k.disagree_subem.median():.0f}%)"
+            for n, k in sorted(d.groupby("n_paired"), key=lambda x: -x[0])
+        ]
+        if at_n:
+            parts.append(f"{label(ds)} {', '.join(at_n)}")
+    if not parts:
+        return ""
+    return (
+        f"\nSmallest SubEM difference from `{baseline}` detected with power 0.8 (paired, two-sided, 95%), at the "
+        f"median share of questions where a row and `{baseline}` disagree: {'; '.join(parts)}.\n"
+    )
+
+
 def _table2_block(page: _Page, full: pd.DataFrame, profile: str, gen: str, baseline: str) -> None:
     """Table 2 at every row's own n (Markdown, HTML, CSV and LaTeX), its aliases named."""
     out, slug = page.out, _slug(profile, gen)
@@ -240,10 +265,12 @@ def _table2_block(page: _Page, full: pd.DataFrame, profile: str, gen: str, basel
     title = f"Table 2 layout (n = {', '.join(map(str, ns))} per dataset; sample: {samples})"
     page.md.append(
         f"{page.h(2, f'Profile `{profile}`, generator `{gen}`')}\n\n{page.h(3, title)}\n\n"
-        f"{tables.markdown(head, rows)}\n{_alias_note(g)}"
+        f"{tables.markdown(head, rows)}\n{_alias_note(g)}{_power_note(g, baseline)}"
     )
     page.html(f"Profile {profile}, generator {gen}", "", level=2)
-    page.html(title, html.frame_html(pd.DataFrame(rows, columns=head)) + html.note(_alias_note(g)))
+    page.html(
+        title, html.frame_html(pd.DataFrame(rows, columns=head)) + html.note(_alias_note(g) + _power_note(g, baseline))
+    )
     tables.table2_csv(t2).to_csv(out / f"table2_{slug}.csv", index=False)
     caption = (
         f"SubEM / F1 / CR, profile {profile}, generator {gen}; best in bold (oracles excluded); "

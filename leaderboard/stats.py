@@ -9,7 +9,16 @@ from __future__ import annotations
 
 import pandas as pd
 
-from harness.stats import LEVEL, RESAMPLES, SEED, Interval, Paired, bootstrap_ci, paired_bootstrap
+from harness.stats import (
+    LEVEL,
+    RESAMPLES,
+    SEED,
+    Interval,
+    Paired,
+    bootstrap_ci,
+    detectable_difference,
+    paired_bootstrap,
+)
 from leaderboard.collect import METRICS, read_predictions
 
 __all__ = [
@@ -20,6 +29,7 @@ __all__ = [
     "Paired",
     "add_uncertainty",
     "bootstrap_ci",
+    "detectable_difference",
     "paired_bootstrap",
 ]
 
@@ -37,7 +47,8 @@ def add_uncertainty(
 ) -> pd.DataFrame:
     """Add ``<m>_lo``/``<m>_hi`` (95% interval) and, against the ``baseline`` variant of the same profile,
     generator and dataset, ``d_<m>``, ``d_<m>_lo``, ``d_<m>_hi``, ``p_<m>``, ``sig_<m>`` for SubEM, EM and F1;
-    ``n_paired`` is the number of shared example ids. ``recomputed`` says whether the summary's SubEM/EM/F1
+    ``n_paired`` is the number of shared example ids, ``disagree_subem`` the share of them where the two SubEMs
+    differ. ``recomputed`` says whether the summary's SubEM/EM/F1
     equal the means of the records they were computed from. A row with ``ids`` (``leaderboard.matched``) is
     read up to its ``n_run`` records and cut to those ids."""
     out = table.copy()
@@ -70,6 +81,7 @@ def add_uncertainty(
         bp = preds[base.index[0]] if len(base) and base.index[0] != i else pd.DataFrame()
         both = p.merge(bp, on="id", suffixes=("", "_b")) if ok and not bp.empty and "id" in bp else pd.DataFrame()
         put("n_paired", len(both) if len(both) else None)
+        put("disagree_subem", float((both.subem != both.subem_b).mean()) if len(both) else None)
         for m in METRICS:
             t = paired_bootstrap(both[m], both[f"{m}_b"], resamples, seed) if len(both) else None
             put(f"d_{m}", t.delta if t else None)

@@ -267,6 +267,29 @@ def test_paired_bootstrap_no_change_is_not_significant_and_a_clear_drop_is():
     assert not stats.paired_bootstrap(one, a).significant
 
 
+def test_detectable_difference_is_found_by_the_paired_test_with_about_its_power():
+    """Simulated pairs that disagree on 20% of 200 questions, with a true difference of exactly the detectable
+    one: the paired bootstrap finds it in about 80% of the draws, half of it far less often, none at about 5%."""
+    mde = stats.detectable_difference(0.2, 200)
+    assert mde == pytest.approx(100 * (1.959964 + 0.841621) * (0.2 / 200) ** 0.5, rel=1e-5)
+    assert stats.detectable_difference(0.2, 800) == pytest.approx(mde / 2)
+    rng = np.random.default_rng(0)
+
+    def found(delta: float, draws: int = 200) -> float:
+        hits = 0
+        for _ in range(draws):  # a disagreement is a win of A with probability 1/2 + delta / 0.4
+            wins = rng.random(200) < 0.5 + delta / 100 / 0.4
+            disagree = rng.random(200) < 0.2
+            a = np.where(disagree, wins, 0).astype(int)
+            b = np.where(disagree, ~wins, 0).astype(int)
+            hits += stats.paired_bootstrap(a, b, resamples=400, seed=1).significant
+        return hits / draws
+
+    assert 0.7 < found(mde) < 0.95 and found(mde / 2) < 0.4 and found(0) < 0.1
+    with pytest.raises(ValueError, match="n > 0"):
+        stats.detectable_difference(0.2, 0)
+
+
 # ------------------------------------------------------------------------------------------ collecting
 def test_collect_keeps_the_newest_run_of_each_key_with_its_provenance(tmp_path):
     old = [("Paris", ["Paris"])] * 2 + [("no", ["Paris"])] * 2
@@ -334,6 +357,7 @@ def test_uncertainty_marks_differences_from_full_that_are_not_significant(tmp_pa
     assert df.recomputed.all()
     assert df.loc[("nq", "bm25"), "d_subem"] == pytest.approx(-30) and df.loc[("nq", "bm25"), "sig_subem"]
     assert df.loc[("nq", "bm25_close"), "d_subem"] == pytest.approx(-2.5)
+    assert df.loc[("nq", "bm25_close"), "disagree_subem"] == pytest.approx(1 / 40)  # the one changed answer
     assert not df.loc[("nq", "bm25_close"), "sig_subem"]
     assert pd.isna(df.loc[("nq", "full"), "d_subem"])
     lo, hi = df.loc[("nq", "full"), ["subem_lo", "subem_hi"]]
@@ -501,6 +525,7 @@ def test_publish_writes_every_output_from_hand_made_runs(tmp_path):
     assert "| full | **60.00** |" in md  # best non-oracle SubEM on NQ in bold
     assert "### Table 2 on shared questions (NQ 20, TQA 20)" in md
     assert "oracle_sentences (oracle) | 90.00 |" in md
+    assert re.search(r"detected with power 0\.8 .*: NQ \d+\.\d points at n = 20 \(median disagreement \d+%\)", md)
     assert "DIFFERENT generator" in md and "BottleNeck" in md and "setting `finefilter`" in md
     # hand-made records carry no batch size: no throughput figure, so the block's cost names them all as missing
     assert "sum over its 0 variants with a batched figure" in md and "`bm25`, `full`, `naive`" in md
