@@ -9,7 +9,7 @@ import pytest
 
 from harness.lm import hardware
 from leaderboard import passes
-from tools.latency_pass import cpu_label, main
+from tools.latency_pass import main
 
 
 @pytest.mark.vllm
@@ -21,7 +21,7 @@ def test_latency_pass_times_variants_side_by_side_and_the_leaderboard_compares_t
     rows = {r["variant"]: r for r in map(json.loads, out.read_text().splitlines())}
     assert set(rows) == {"full", "bm25"}  # full is always timed, the reference
     full, bm25 = rows["full"], rows["bm25"]
-    assert full["pass_id"] == bm25["pass_id"] and full["cpu"] == bm25["cpu"] == cpu_label()
+    assert full["pass_id"] == bm25["pass_id"] and full["cpu"] == bm25["cpu"] == hardware.cpu_label()
     assert ("native bf16" in full["cpu"]) == hardware.native_bf16() and full["threads"] == hardware.thread_count()
     assert full["generator"] == "smollm2-135m-instruct-vllm-documents_first-unlabelled"  # the embedded default
     assert full["sample"] == "shuffled seed 0"

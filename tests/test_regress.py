@@ -7,6 +7,7 @@ import json
 
 import yaml
 
+from harness.lm.hardware import cpu_label
 from harness.metrics import score
 from tools import regress
 
@@ -91,9 +92,11 @@ def test_real_small_grid_update_then_rerun_passes_and_a_better_baseline_fails(tm
     assert len(rows) == 3 and rows[0]["id"] == "nq-open-test-0000" and rows[0]["compressed_tokens"] > 0
     summary = json.loads((tmp_path / "base" / "summary.json").read_text())
     assert set(summary["cells"]) == {"nq__naive", "nq__bm25"} and summary["grid"]["limit"] == 3
+    assert summary["cpu"] == regress.baseline_cpu(tmp_path / "base") == cpu_label()  # e.g. "AMD EPYC, AVX2 only"
 
     assert regress.main([*args, "--out", str(tmp_path / "run2")]) == 0  # greedy: the same answers again
-    assert "PASS" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "PASS" in out and f"baseline made on: {cpu_label()}; this run on: {cpu_label()}" in out
 
     # a partial update rewrites its own cells and keeps the others of the grid, files and summaries
     naive_before = (tmp_path / "base" / "nq__naive.jsonl").read_text()

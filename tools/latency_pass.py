@@ -51,20 +51,6 @@ SAMPLE = ("dataset.sample=shuffled", "dataset.seed=0")  # the snapshot's sample 
 PREFIX = "latency-pass-"  # the file names the leaderboard reads
 
 
-def cpu_label() -> str:
-    """The CPU's model name and what it runs natively: ``native bf16 (amx_bf16, avx512_bf16)``, ``AVX-512, no
-    native bf16``, ``AVX2 only`` (bf16 emulated, about 10x slower than fp32: ``harness.lm.hardware``)."""
-    hw = hardware.describe()
-    flags = set(hw["cpu_flags"])  # type: ignore[arg-type]
-    if hw["native_bf16"]:
-        kind = f"native bf16 ({', '.join(sorted(flags & set(hardware.NATIVE_BF16_FLAGS)))})"
-    elif "avx512f" in flags:
-        kind = "AVX-512, no native bf16"
-    else:
-        kind = "AVX2 only" if "avx2" in flags else "no AVX2"
-    return f"{provenance.hardware().get('cpu')}, {kind}"
-
-
 def published_variants(runs: Path, profile: str, generator: str) -> tuple[list[str], str]:
     """The variants (no extra overrides) published under ``runs`` for this profile and generator; where it has
     none yet (a new generator, before its runs are published), those of the newest published block of the
@@ -230,7 +216,7 @@ def latency_pass(
     variants = [BASELINE, *[v for v in variants if v != BASELINE]]
     common = {
         "pass_id": f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}",
-        "cpu": cpu_label(),
+        "cpu": hardware.cpu_label(),
         "repeats": repeats,
         "warmup": warmup,
         "protocol": "batch1-interleaved",

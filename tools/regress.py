@@ -32,6 +32,7 @@ from typing import Any
 
 import yaml
 
+from harness.lm.hardware import cpu_label
 from harness.provenance import REPO_ROOT
 from harness.records import PREDICTIONS, SUMMARY, read_jsonl, slim_record
 
@@ -353,11 +354,18 @@ def write_baseline(
     summary = {
         "grid": grid,
         "grid_seconds": round(seconds, 1),
+        "cpu": cpu_label(),  # a gate run on the other CPU kind shows whether the fp32 predictions hold
         "written_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "updated_cells": sorted(summaries),
         "cells": dict(sorted({**kept, **summaries}.items())),
     }
     (folder / SUMMARY).write_text(json.dumps(summary, indent=1, ensure_ascii=False, default=str) + "\n")
+
+
+def baseline_cpu(folder: Path) -> str | None:
+    """The CPU label (``harness.lm.hardware.cpu_label``) the baseline was written on; None before it was kept."""
+    summary = folder / SUMMARY
+    return json.loads(summary.read_text(encoding="utf-8")).get("cpu") if summary.is_file() else None
 
 
 def read_baseline(folder: Path, names: Sequence[str]) -> dict[str, list[dict]]:
@@ -426,6 +434,7 @@ def main(argv: list[str] | None = None) -> int:
         float(tol.get("level", 0.95)),
         a.strict,
     )
+    print(f"baseline made on: {baseline_cpu(base_dir) or 'not recorded'}; this run on: {cpu_label()}")
     print(format_report(report, a.show))
     return 1 if report.failed else 0
 

@@ -63,3 +63,21 @@ def describe() -> dict[str, object]:
         "native_bf16": native_bf16(),
         "cores": len(usable_cores()),
     }
+
+
+def cpu_label() -> str:
+    """The CPU's model name and what it runs natively: ``native bf16 (amx_bf16, avx512_bf16)``, ``AVX-512, no
+    native bf16``, ``AVX2 only`` (bf16 emulated, about 10x slower than fp32). Latency passes record it (timings
+    are compared only within one label: ``tools.latency_pass``), and so does the regression baseline (a gate run
+    on the other kind shows whether the fp32 predictions hold across CPU kinds: ``tools.regress``)."""
+    from harness.provenance import hardware
+
+    hw = describe()
+    flags = set(hw["cpu_flags"])  # type: ignore[arg-type]
+    if hw["native_bf16"]:
+        kind = f"native bf16 ({', '.join(sorted(flags & set(NATIVE_BF16_FLAGS)))})"
+    elif "avx512f" in flags:
+        kind = "AVX-512, no native bf16"
+    else:
+        kind = "AVX2 only" if "avx2" in flags else "no AVX2"
+    return f"{hardware().get('cpu')}, {kind}"
