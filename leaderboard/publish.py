@@ -239,10 +239,11 @@ def _power_note(g: pd.DataFrame, baseline: str) -> str:
     parts = []
     for ds in tables.datasets(g):
         d = rows[rows.dataset == ds]
+        medians = d.groupby("n_paired").disagree_subem.median().sort_index(ascending=False)
         at_n = [
-            f"{stats.detectable_difference(float(k.disagree_subem.median()), int(n)):.1f} points at n = {int(n)} "
-            f"(median disagreement {100 * k.disagree_subem.median():.0f}%)"
-            for n, k in sorted(d.groupby("n_paired"), key=lambda x: -x[0])
+            f"{stats.detectable_difference(float(share), int(n)):.1f} points at n = {int(n)} "
+            f"(median disagreement {100 * share:.0f}%)"
+            for n, share in medians.items()
         ]
         if at_n:
             parts.append(f"{label(ds)} {', '.join(at_n)}")
@@ -263,14 +264,13 @@ def _table2_block(page: _Page, full: pd.DataFrame, profile: str, gen: str, basel
     ns = sorted(set(g.n.dropna().astype(int)))
     samples = ", ".join(sorted(set(g["sample"].fillna("first")))) if "sample" in g else "first"
     title = f"Table 2 layout (n = {', '.join(map(str, ns))} per dataset; sample: {samples})"
+    notes = _alias_note(g) + _power_note(g, baseline)
     page.md.append(
         f"{page.h(2, f'Profile `{profile}`, generator `{gen}`')}\n\n{page.h(3, title)}\n\n"
-        f"{tables.markdown(head, rows)}\n{_alias_note(g)}{_power_note(g, baseline)}"
+        f"{tables.markdown(head, rows)}\n{notes}"
     )
     page.html(f"Profile {profile}, generator {gen}", "", level=2)
-    page.html(
-        title, html.frame_html(pd.DataFrame(rows, columns=head)) + html.note(_alias_note(g) + _power_note(g, baseline))
-    )
+    page.html(title, html.frame_html(pd.DataFrame(rows, columns=head)) + html.note(notes))
     tables.table2_csv(t2).to_csv(out / f"table2_{slug}.csv", index=False)
     caption = (
         f"SubEM / F1 / CR, profile {profile}, generator {gen}; best in bold (oracles excluded); "

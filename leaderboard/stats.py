@@ -48,9 +48,9 @@ def add_uncertainty(
     """Add ``<m>_lo``/``<m>_hi`` (95% interval) and, against the ``baseline`` variant of the same profile,
     generator and dataset, ``d_<m>``, ``d_<m>_lo``, ``d_<m>_hi``, ``p_<m>``, ``sig_<m>`` for SubEM, EM and F1;
     ``n_paired`` is the number of shared example ids, ``disagree_subem`` the share of them where the two SubEMs
-    differ. ``recomputed`` says whether the summary's SubEM/EM/F1
-    equal the means of the records they were computed from. A row with ``ids`` (``leaderboard.matched``) is
-    read up to its ``n_run`` records and cut to those ids."""
+    differ. ``recomputed`` says whether the summary's SubEM/EM/F1 equal the means of the records they were
+    computed from. A row with ``ids`` (``leaderboard.matched``) is read up to its ``n_run`` records and cut to
+    those ids."""
     out = table.copy()
     preds = {i: _records(r) for i, r in out.iterrows()}
     cols: dict[str, list] = {}
