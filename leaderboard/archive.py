@@ -4,9 +4,11 @@
 (profile, generator, dataset, variant) under the results roots into ``leaderboard/runs/<same relative path>``:
 ``summary.json``, ``run.json``, the Hydra ``override_dirname`` (what names a variant) and the prediction records
 cut to what the leaderboard reads (id, question, answers, prediction, echo flag, scores, token counts, latencies,
-a hash of the context: no passage text). A run already archived under the same key is replaced only by a newer
-one, so runs of several sessions accumulate; ``python -m leaderboard publish leaderboard/runs leaderboard/snapshot``
-then rebuilds every table, plot and the page from the repository alone. Nothing here loads a model.
+a hash of the context: no passage text) and the generator's raw reply (a run can be re-scored under another answer
+rule, ``harness.metrics.ANSWER_RULES``, without running it again). A run already archived under the same key is
+replaced only by a newer one, so runs of several sessions accumulate;
+``python -m leaderboard publish leaderboard/runs leaderboard/snapshot`` then rebuilds every table, plot and the
+page from the repository alone. Nothing here loads a model.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ KEEP = (
     "question",
     "answers",
     "prediction",
+    "raw_output",
     "echo",
     "subem",
     "em",

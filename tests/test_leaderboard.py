@@ -59,6 +59,7 @@ def write_run(
                 "question": f"q{i}",
                 "answers": golds,
                 "prediction": pred,
+                "raw_output": f"{pred}\nmore",
                 "context": "ctx",
                 "original_tokens": tokens[0],
                 "compressed_tokens": tokens[1],
@@ -314,6 +315,7 @@ def test_archive_keeps_slim_runs_that_publish_the_same_figures_and_accumulates_n
     rec = json.loads((written[0] / "predictions.jsonl").read_text().splitlines()[0])
     assert "context" not in rec and len(rec["context_sha1"]) == 12
     assert rec["question"] == "q0"  # kept, with the echo flag, so the archive's echo is counted as a new run's
+    assert rec["raw_output"] == f"{rec['prediction']}\nmore"  # the raw reply: re-scorable under another rule
     cols = ["variant", "n", "subem", "f1", "echo", "subem_from_echo", "cr", "compress_s", "commit", "config_key"]
     before = stats.add_uncertainty(collect(tmp_path / "res"))
     after = stats.add_uncertainty(collect(tmp_path / "runs"))

@@ -77,6 +77,11 @@ def test_the_shared_generator_answers_the_same_with_and_without(nq5):
         on = get_lm(LM, dtype="float32", speculative=ON)
         off = get_lm(LM, dtype="float32", speculative=None)
         one_at_a_time = [on.generate([p], 32)[0].token_ids for p in prompts]  # batch 1: it speculates
+        import numba
+
+        # the proposer's numba-parallel code ran on numba's own pool, not on a second OpenMP runtime beside
+        # torch's (harness.lm.vllm_engine.keep_one_openmp)
+        assert numba.threading_layer() == "workqueue"
         assert one_at_a_time == [c.token_ids for c in off.generate(prompts, 32)]
         assert [c.token_ids for c in on.generate(prompts, 32)] == one_at_a_time  # a batch: it does not
         assert on.info["generation_engine_settings"]["engine_kwargs"]["speculative_config"]["method"] == "ngram"

@@ -119,6 +119,21 @@ def remove_segments(names: set[str], pids: set[int], untrack: bool = True) -> No
             resource_tracker.unregister(f"/{name[len(cut) :]}", rtype)
 
 
+def keep_one_openmp() -> None:
+    """Keep numba off OpenMP in this process (``NUMBA_THREADING_LAYER=workqueue`` unless the user set one).
+
+    vLLM's n-gram proposer (prompt-lookup decoding, ``harness.lm.speculative``) runs numba-parallel code. numba's
+    OpenMP layer loads a second libgomp, whose threads then stall torch's own 2-thread OpenMP team for the rest of
+    the process: after a speculative engine had generated, a MiniLM-sized attention call took 1.5 s instead of
+    0.014 s, and the test suite's encoders and LoRA steps ran 4-20x slower (2026-11-30, AMD EPYC, 2 cores).
+    numba's own thread pool leaves torch alone. Set for the whole process, not only while the engine starts:
+    numba re-reads its settings and picks its layer at its first parallel call."""
+    os.environ.setdefault("NUMBA_THREADING_LAYER", "workqueue")
+    numba = sys.modules.get("numba")
+    if numba is not None:  # imported before: its settings were read already
+        numba.config.THREADING_LAYER = os.environ["NUMBA_THREADING_LAYER"]
+
+
 @contextmanager
 def scoped_environment(env: dict[str, str]):
     """``env`` set in ``os.environ`` inside the block, the previous values restored after."""
@@ -264,6 +279,7 @@ class VLLMEngine:
         self.settings, env, kwargs = engine_settings(dtype, max_model_len, threads, engine_kwargs)
         self.in_process = env.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0"
         self.threads = hardware.thread_count(threads)
+        keep_one_openmp()
         with scoped_environment(env):  # the engine's processes inherit it; this process keeps its own
             from vllm import LLM
 
