@@ -70,6 +70,8 @@ def test_the_setting_is_recorded_and_keys_the_call_cache_only_where_it_could_cha
 
 @pytest.mark.vllm
 def test_the_shared_generator_answers_the_same_with_and_without(nq5):
+    import numba
+
     from harness.prompt import build_messages
 
     prompts = [build_messages(e.question, [p.render() for p in e.passages]) for e in nq5[:3]]
@@ -77,8 +79,6 @@ def test_the_shared_generator_answers_the_same_with_and_without(nq5):
         on = get_lm(LM, dtype="float32", speculative=ON)
         off = get_lm(LM, dtype="float32", speculative=None)
         one_at_a_time = [on.generate([p], 32)[0].token_ids for p in prompts]  # batch 1: it speculates
-        import numba
-
         # the proposer's numba-parallel code ran on numba's own pool, not on a second OpenMP runtime beside
         # torch's (harness.lm.vllm_engine.keep_one_openmp)
         assert numba.threading_layer() == "workqueue"
