@@ -216,6 +216,29 @@ def test_empty_truncation_means_closed_book():
     assert one.documents == [SOURCES[1]] and one.units == [Unit(0, 1)] and one.meta["k"] == 1
 
 
+def test_clue_context_widens_what_is_shown_of_the_same_kept_clues():
+    """Two passages; clues kept in ranked order: passage 1's sentence 0, then passage 0's sentences 2 and 0."""
+    from harness.types import Passage, Unit
+    from methods.compselect.context import clue_documents
+
+    tower = Passage(" ".join(SOURCES), title="Paris")
+    other = Passage("Rome is in Italy. It has the Colosseum.", title="Rome")
+    kept = [Unit(1, 0), Unit(0, 2), Unit(0, 0)]
+    docs, units = clue_documents([tower, other], kept, "sentence")
+    assert docs == ["Rome is in Italy.", SOURCES[2], SOURCES[0]] and units == kept
+    docs, units = clue_documents([tower, other], kept, "titled")
+    assert docs == ["Rome\nRome is in Italy.", f"Paris\n{SOURCES[0]} {SOURCES[2]}"]
+    assert units == [Unit(1, 0), Unit(0, 0), Unit(0, 2)]
+    docs, units = clue_documents([tower, other], kept, "window")
+    assert docs == [f"Rome\n{other.text}", f"Paris\n{tower.text}"]
+    assert units == [Unit(1, 0), Unit(1, 1), *(Unit(0, s) for s in range(4))]
+    docs, units = clue_documents([tower, other], kept[:1], "passage")
+    assert docs == [other.render()] and units == [Unit(1, None)]
+    assert clue_documents([tower], [], "window") == ([], [])
+    with pytest.raises(ValueError, match="clue_context='paragraph'"):
+        clue_documents([tower], kept, "paragraph")
+
+
 def test_result_reads_each_cascade_flag_from_its_own_stage():
     """Extracted, ranked and kept clues differ: the answer clue is extracted, ranked second, and cut."""
     from harness.types import Example, Passage, Unit

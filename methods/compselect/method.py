@@ -14,6 +14,7 @@ from harness.protocols import Compressor, Messages, MethodEnv
 from harness.text import passage_sentences, rank_desc
 from harness.types import Compressed, Example, Unit
 from methods.compselect.cascade import cascade
+from methods.compselect.context import CLUE_CONTEXTS, clue_documents
 from methods.compselect.parsing import DEFAULT_THRESHOLD, Clue, map_clues, parse_truncation
 from methods.compselect.prompts import OUTPUTS, extractor_messages, truncator_messages
 from methods.compselect.truncator import truncator_decision
@@ -120,8 +121,12 @@ class CompSelect(Compressor):
         seed: int = 0,
         trust_remote_code: bool = False,
         engine: str = "vllm",
+        clue_context: str = "sentence",
     ) -> None:
         super().__init__()
+        if clue_context not in CLUE_CONTEXTS:
+            raise ValueError(f"clue_context={clue_context!r}; valid: {', '.join(CLUE_CONTEXTS)}")
+        self.clue_context = clue_context
         if truncation not in TRUNCATIONS:
             raise ValueError(f"truncation={truncation!r}; valid: {', '.join(TRUNCATIONS)}")
         if truncator_output not in OUTPUTS:
@@ -285,7 +290,7 @@ class CompSelect(Compressor):
         for e, x, c, d, (r, scores), k, o, pe, cached in zip(
             examples, inputs, clues, dropped, reranked, ks, raw, p_empty, replayed, strict=True
         ):
-            comp = self._result(e, x, c, d, r, scores, k, o, timings)
+            comp = self._result(e, x, c, d, r, scores, k, o, timings, self.clue_context)
             if cached:
                 comp.meta["extract_cached"] = True
             if pe is not None:
@@ -307,8 +312,10 @@ class CompSelect(Compressor):
         k: int,
         output: str | None,
         timings: dict[str, float],
+        clue_context: str = "sentence",
     ) -> Compressed:
-        """The kept clues as documents (ranked order) and the per-example record of every stage."""
+        """The kept clues as documents (ranked order; ``clue_context``: what is shown of each, ``context.py``)
+        and the per-example record of every stage."""
         kept = ranked[:k]
 
         def unit(c: Clue) -> list[int | None]:
@@ -342,9 +349,13 @@ class CompSelect(Compressor):
         }
         if output is not None:
             meta["truncator_output"] = output
+        if clue_context == "sentence":
+            documents, units = [c.text for c in kept], [x.units[c.source] for c in kept]
+        else:
+            documents, units = clue_documents(e.passages, [x.units[c.source] for c in kept], clue_context)
         return Compressed(
-            documents=[c.text for c in kept],
-            units=[x.units[c.source] for c in kept],
+            documents=documents,
+            units=units,
             timings=dict(timings),
             meta=meta,
         )
@@ -362,6 +373,7 @@ class CompSelect(Compressor):
                 "truncator": self.truncator_max_new_tokens,
             },
             "match_threshold": self.match_threshold,
+            "clue_context": self.clue_context,
             "seed": self.seed,
             "reranker": None if self.reranker is None else self.reranker.describe(),
         }
