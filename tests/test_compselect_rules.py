@@ -448,3 +448,21 @@ def test_reranker_labels_from_refuses_a_run_that_retrains_the_extractor(tmp_path
         )
     with pytest.raises(ValueError, match="re-uses an earlier extractor's clues"):
         train.run(cfg)  # before any model or data is loaded
+
+
+def test_val_split_holds_only_the_held_out_train_questions(tmp_path):
+    """The questions that chose ``clue_context``: CompSelect's validation parts, none it trained on or tests on."""
+    import gzip
+
+    from research.compselect.val_split import ARTIFACTS, write_val_split
+
+    counts = write_val_split(tmp_path)
+    splits = json.loads((ARTIFACTS / "splits.json").read_text())
+    trained = {i for part in splits.values() for i in part["train"]}
+    ids = []
+    for d in counts:
+        with gzip.open(tmp_path / d / "val.jsonl.gz", "rt") as f:
+            ids += [json.loads(x)["id"] for x in f]
+    assert len(ids) == sum(counts.values()) == sum(len(p["val"]) for p in splits.values())
+    assert counts["nq"] > 0 and counts["triviaqa"] > 0 and counts["hotpotqa"] > 0
+    assert not trained & set(ids)

@@ -14,10 +14,10 @@ Three stages (000 section 4; papers.md sections 3 and 5):
    writes the minimal sufficient prefix (CompSelect: its text; FineFilter: the index K). An empty output keeps
    nothing and the generator answers closed-book (000 section 5.5.2).
 
-The generator sees the kept clues in ranked order, one per ``Doc`` line. Per example, ``Compressed.meta``
-records the extracted, ranked and kept clues with their (passage, sentence) indices, the truncator's output
-and the cascading-error flags of Table 6 (``meta["diagnostics"]``); ``Compressed.timings`` has ``extract``,
-``rerank`` and ``truncate`` seconds.
+The generator sees the kept clues in ranked order, one per ``Doc`` line (``clue_context``: what is shown of
+each). Per example, ``Compressed.meta`` records the extracted, ranked and kept clues with their (passage,
+sentence) indices, the truncator's output and the cascading-error flags of Table 6 (``meta["diagnostics"]``);
+``Compressed.timings`` has ``extract``, ``rerank`` and ``truncate`` seconds.
 
 Layout: the pipeline is ``method.py`` (``CompSelect``, the ``conf/method`` target) with ``parsing.py``,
 ``prompts.py``, ``reranker.py``, ``truncator.py`` (the thresholded keep-or-not decision) and ``cascade.py``
@@ -45,6 +45,8 @@ Departures (each also noted where it happens):
   at 4,096, run at 2,048; ``models.compselect.max_input_tokens``), and the truncator keeps nothing only when its
   first-token probability of the empty set reaches ``models.compselect.empty_threshold``, chosen on validation
   labels (``truncator.py``); the paper profile keeps the greedy output (``null``).
+- Embedded profile: the generator reads each kept clue with its neighbouring sentences under its passage title
+  (``clue_context: window``, ``context.py``), chosen on validation; the paper profile shows the clue sentences.
 - Embedded profile: extractor targets shorter than five sentences are padded with the shown sentences most
   similar to the question (``extractor.pad_to``, ``train_labels.pad_target``): MiniLM's KNN expansion adds nothing,
   and a 135M extractor trained on the one-sentence targets writes one clue (Recall-1 42% unpadded, 56% padded
