@@ -274,6 +274,26 @@ def _batches(items: Sequence[Any], size: int):
         yield items[i : i + size]
 
 
+# method settings added after runs were made, with the value those runs had: left out of the key at that value,
+# and left out of the shared ``models`` block always (the method's own config carries what it uses), so that
+# neither the earlier runs nor the other methods' runs change key when one is added
+DEFAULTED_METHOD_SETTINGS = {"clue_context": "sentence"}  # CompSelect (methods/compselect/context.py)
+DEFAULTED_MODEL_SETTINGS = {"compselect": ("clue_context",)}
+
+
+def _drop_defaulted_model_settings(key_cfg: dict[str, Any]) -> None:
+    method = key_cfg.get("method")
+    if isinstance(method, dict):
+        for setting, default in DEFAULTED_METHOD_SETTINGS.items():
+            if method.get(setting) == default:
+                method.pop(setting)
+    models = key_cfg.get("models")
+    for model, settings in DEFAULTED_MODEL_SETTINGS.items():
+        if isinstance(models, dict) and isinstance(models.get(model), dict):
+            for setting in settings:
+                models[model].pop(setting, None)
+
+
 def _without_client_keys(node: Any) -> Any:
     if isinstance(node, dict):
         return {k: _without_client_keys(v) for k, v in node.items() if k not in CLIENT_KEYS}
@@ -287,7 +307,8 @@ def key_config(cfg: DictConfig) -> dict[str, Any]:
     left out (``EXECUTION_KEYS``, ``CLIENT_KEYS`` under the generator and the method, and the speculative decoding
     of the generator and the models, which gives the same tokens), and dataset settings at
     their defaults (``skip_unanswerable: false``, ``sample: first`` with any ``seed``) too, so that runs made
-    before those settings existed keep their key and resume; so do the generator's ``prompt`` and ``answer`` at the
+    before those settings existed keep their key and resume (so are the method settings of
+    ``DEFAULTED_METHOD_SETTINGS`` at those values); so do the generator's ``prompt`` and ``answer`` at the
     paper's; moved modules and artifact folders keep their old names in it (``harness.renames``) for the same
     reason."""
     key_cfg = {k: v for k, v in OmegaConf.to_container(cfg, resolve=True).items() if k not in EXECUTION_KEYS}
@@ -301,6 +322,7 @@ def key_config(cfg: DictConfig) -> dict[str, Any]:
     for setting in ("prompt", "answer"):  # the paper's, as every run made before these settings existed
         if g.get(setting) == "paper":
             g.pop(setting)
+    _drop_defaulted_model_settings(key_cfg)
     d = key_cfg["dataset"]
     if not d.get("skip_unanswerable", False):
         d.pop("skip_unanswerable", None)

@@ -76,9 +76,17 @@ def test_compresses_two_real_examples(compselect, nq5):
         scores = [r["score"] for r in meta["ranked"]]
         assert scores == sorted(scores, reverse=True)
         assert meta["kept"] == [r["unit"] for r in meta["ranked"][: meta["k"]]]  # a prefix of the ranking
-        assert [[u.passage, u.sentence] for u in c.units] == meta["kept"]
-        for doc, u in zip(c.documents, c.units, strict=True):  # extractive: the source sentences themselves
-            assert doc == split_sentences(ex.passages[u.passage].text)[u.sentence]
+        # the embedded profile shows each kept clue with its neighbours under the passage title (clue_context)
+        assert compselect.clue_context == "window"
+        kept = {tuple(k) for k in meta["kept"]}
+        shown = [(u.passage, u.sentence) for u in c.units]
+        assert kept <= set(shown)
+        assert all(any(p == q and abs(s - t) <= 1 for q, t in kept) for p, s in shown)
+        passages = list(dict.fromkeys(p for p, _ in shown))
+        assert len(c.documents) == len(passages)
+        for doc, p in zip(c.documents, passages, strict=True):  # extractive: source sentences under the title
+            sents = split_sentences(ex.passages[p].text)
+            assert doc == f"{ex.passages[p].title}\n" + " ".join(sents[s] for q, s in shown if q == p)
         assert set(meta["diagnostics"]) == {"eligible", "recall1", "hit2_at1", "recall3"}
         assert "truncator_output" in meta or meta["n_clues"] == 0
         if meta["n_clues"]:  # the embedded profile's thresholded decision (truncator_decision)

@@ -41,7 +41,9 @@ def test_a_published_run_of_a_moved_method_keeps_its_key(variant):
     published = run["config"]
     overrides = [f"method={variant}", "dataset=nq", "dataset.sample=shuffled", "dataset.seed=0"]
     # as the published block was made: SmolLM2 on vLLM asked with the paper's prompt, the methods' LMs at dtype auto
+    # and CompSelect showing the kept clue sentences themselves
     then = ["generator=smollm2_vllm", "generator.prompt=paper", "generator.answer=paper", "models.lm_dtype=auto"]
+    then += ["models.compselect.clue_context=sentence"]
     here = key_config(compose_config("config", [*overrides, *then], profile_env=False))
     # the folders the published run was made in: the checkout (its CompSelect artifacts) and the data
     repo_then = published["models"]["compselect"]["artifacts"].removesuffix("/methods/compselect/artifacts/embedded")
