@@ -67,3 +67,23 @@ def test_only_the_moved_names_are_mapped_back():
         "models": {"exit": {"adapter": f"{root}/methods/exit_artifacts/embedded/classifier"}},
         "others": ["methods.rerank.RerankSelect", f"{root}/methods/exit/artifacts_extra", 3, None],
     }
+
+
+def test_clue_context_changes_only_compselect_keys_and_only_away_from_the_sentences():
+    """CompSelect's ``clue_context`` came after runs were made: at ``sentence`` (what those runs showed) it leaves
+    the key as it was; another value changes CompSelect's key and no other method's."""
+    from omegaconf import open_dict
+
+    def key(method: str, context: str, drop: bool = False) -> str:
+        cfg = compose_config("config", [f"method={method}", f"models.compselect.clue_context={context}"])
+        if drop:  # the config before the setting existed
+            with open_dict(cfg):
+                if "clue_context" in cfg.method:
+                    del cfg.method["clue_context"]
+                del cfg.models.compselect["clue_context"]
+        return config_key(key_config(cfg))
+
+    assert key("compselect", "sentence") == key("compselect", "sentence", drop=True)
+    assert key("compselect", "window") != key("compselect", "sentence")
+    assert key("finefilter", "window") != key("finefilter", "sentence")
+    assert key("exit", "window") == key("exit", "sentence") == key("exit", "sentence", drop=True)
