@@ -27,11 +27,11 @@ def clue_documents(passages: Sequence[Passage], kept: Sequence[Unit], context: s
     if context not in CLUE_CONTEXTS:
         raise ValueError(f"clue_context={context!r}; valid: {', '.join(CLUE_CONTEXTS)}")
     sentences = passage_sentences(passages)
+    if context == "sentence":
+        return [sentences[u.passage][int(u.sentence or 0)] for u in kept], list(kept)
     by_passage: dict[int, set[int]] = {}
     for u in kept:
         by_passage.setdefault(u.passage, set()).add(int(u.sentence or 0))
-    if context == "sentence":
-        return [sentences[u.passage][int(u.sentence or 0)] for u in kept], list(kept)
     docs: list[str] = []
     units: list[Unit] = []
     for p, clues in by_passage.items():

@@ -349,10 +349,7 @@ class CompSelect(Compressor):
         }
         if output is not None:
             meta["truncator_output"] = output
-        if clue_context == "sentence":
-            documents, units = [c.text for c in kept], [x.units[c.source] for c in kept]
-        else:
-            documents, units = clue_documents(e.passages, [x.units[c.source] for c in kept], clue_context)
+        documents, units = clue_documents(e.passages, [x.units[c.source] for c in kept], clue_context)
         return Compressed(
             documents=documents,
             units=units,
