@@ -277,8 +277,8 @@ def _batches(items: Sequence[Any], size: int):
 # method settings added after runs were made, with the value those runs had: left out of the key at that value,
 # and left out of the shared ``models`` block always (the method's own config carries what it uses), so that
 # neither the earlier runs nor the other methods' runs change key when one is added
-DEFAULTED_METHOD_SETTINGS = {"clue_context": "sentence"}  # CompSelect (methods/compselect/context.py)
-DEFAULTED_MODEL_SETTINGS = {"compselect": ("clue_context",)}
+DEFAULTED_METHOD_SETTINGS = {"clue_context": "sentence", "reranker_input": "clue"}  # CompSelect (methods/compselect)
+DEFAULTED_MODEL_SETTINGS = {"compselect": ("clue_context", "reranker_input")}
 
 
 def _drop_defaulted_model_settings(key_cfg: dict[str, Any]) -> None:

@@ -78,6 +78,7 @@ def test_compresses_two_real_examples(compselect, nq5):
         assert meta["kept"] == [r["unit"] for r in meta["ranked"][: meta["k"]]]  # a prefix of the ranking
         # the embedded profile shows each kept clue with its neighbours under the passage title (clue_context)
         assert compselect.clue_context == "window"
+        assert compselect.reranker_input == "titled"  # the reranker reads each clue under its passage title
         kept = {tuple(k) for k in meta["kept"]}
         shown = [(u.passage, u.sentence) for u in c.units]
         assert kept <= set(shown)

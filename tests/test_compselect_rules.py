@@ -466,3 +466,35 @@ def test_val_split_holds_only_the_held_out_train_questions(tmp_path):
     assert len(ids) == sum(counts.values()) == sum(len(p["val"]) for p in splits.values())
     assert counts["nq"] > 0 and counts["triviaqa"] > 0 and counts["hotpotqa"] > 0
     assert not trained & set(ids)
+
+
+def test_titled_reranker_input_scores_each_clue_under_its_passage_title():
+    """``reranker_input: titled``: the reranker (the real un-tuned MiniLM here) reads "title\\nclue"; ``clue`` (000)
+    reads the clue alone. The titles come from the passages the clues' units point into."""
+    from harness.types import Example, Passage, Unit
+    from methods.compselect.method import CompSelect, ExtractorInput
+    from methods.compselect.parsing import Clue
+    from methods.compselect.reranker import ClueReranker
+
+    scorer = ClueReranker("embedded:all-minilm-l6-v2")
+    q = "Who designed the tower in Paris?"
+    towers = (
+        Passage("It was designed by a committee.", title="Blackpool Tower"),
+        Passage("It was designed by Eiffel's firm.", title="Eiffel Tower"),
+    )
+    ex = Example("x", q, ("Eiffel",), towers)
+    x = ExtractorInput([], [Unit(0, 0), Unit(1, 0)], [p.text for p in towers], 2)
+    clues = [Clue(0, towers[0].text, towers[0].text, 1.0), Clue(1, towers[1].text, towers[1].text, 1.0)]
+    titled = CompSelect(
+        lm="embedded:smollm2-135m-instruct", reranker=scorer, truncation="none", reranker_input="titled"
+    )
+    titles = titled._titles(ex, x, clues)
+    assert titles == ["Blackpool Tower", "Eiffel Tower"]
+    ranked, scores = titled.rerank(q, clues, titles)
+    expected = scorer.score(q, [f"{t}\n{c.text}" for t, c in zip(titles, clues)])
+    assert sorted(scores, reverse=True) == sorted(expected, reverse=True)
+    assert ranked[0] is clues[1]  # the title says which tower
+    _, plain = titled.rerank(q, clues)
+    assert sorted(plain, reverse=True) == sorted(scorer.score(q, [c.text for c in clues]), reverse=True)
+    with pytest.raises(ValueError, match="reranker_input='passage'"):
+        CompSelect(lm="embedded:smollm2-135m-instruct", truncation="none", reranker_input="passage")

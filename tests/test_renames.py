@@ -41,9 +41,9 @@ def test_a_published_run_of_a_moved_method_keeps_its_key(variant):
     published = run["config"]
     overrides = [f"method={variant}", "dataset=nq", "dataset.sample=shuffled", "dataset.seed=0"]
     # as the published block was made: SmolLM2 on vLLM asked with the paper's prompt, the methods' LMs at dtype auto
-    # and CompSelect showing the kept clue sentences themselves
+    # and CompSelect showing the kept clue sentences themselves, ranked by the reranker reading them alone
     then = ["generator=smollm2_vllm", "generator.prompt=paper", "generator.answer=paper", "models.lm_dtype=auto"]
-    then += ["models.compselect.clue_context=sentence"]
+    then += ["models.compselect.clue_context=sentence", "models.compselect.reranker_input=clue"]
     here = key_config(compose_config("config", [*overrides, *then], profile_env=False))
     # the folders the published run was made in: the checkout (its CompSelect artifacts) and the data
     repo_then = published["models"]["compselect"]["artifacts"].removesuffix("/methods/compselect/artifacts/embedded")
@@ -69,21 +69,24 @@ def test_only_the_moved_names_are_mapped_back():
     }
 
 
-def test_clue_context_changes_only_compselect_keys_and_only_away_from_the_sentences():
-    """CompSelect's ``clue_context`` came after runs were made: at ``sentence`` (what those runs showed) it leaves
-    the key as it was; another value changes CompSelect's key and no other method's."""
+@pytest.mark.parametrize(
+    ("setting", "paper", "other"), [("clue_context", "sentence", "window"), ("reranker_input", "clue", "titled")]
+)
+def test_compselect_settings_change_only_compselect_keys_and_only_away_from_the_paper(setting, paper, other):
+    """CompSelect's ``clue_context`` and ``reranker_input`` came after runs were made: at the paper's value (what
+    those runs did) each leaves the key as it was; another value changes CompSelect's key and no other method's."""
     from omegaconf import open_dict
 
-    def key(method: str, context: str, drop: bool = False) -> str:
-        cfg = compose_config("config", [f"method={method}", f"models.compselect.clue_context={context}"])
+    def key(method: str, value: str, drop: bool = False) -> str:
+        cfg = compose_config("config", [f"method={method}", f"models.compselect.{setting}={value}"])
         if drop:  # the config before the setting existed
             with open_dict(cfg):
-                if "clue_context" in cfg.method:
-                    del cfg.method["clue_context"]
-                del cfg.models.compselect["clue_context"]
+                if setting in cfg.method:
+                    del cfg.method[setting]
+                del cfg.models.compselect[setting]
         return config_key(key_config(cfg))
 
-    assert key("compselect", "sentence") == key("compselect", "sentence", drop=True)
-    assert key("compselect", "window") != key("compselect", "sentence")
-    assert key("finefilter", "window") != key("finefilter", "sentence")
-    assert key("exit", "window") == key("exit", "sentence") == key("exit", "sentence", drop=True)
+    assert key("compselect", paper) == key("compselect", paper, drop=True)
+    assert key("compselect", other) != key("compselect", paper)
+    assert key("finefilter", other) != key("finefilter", paper)
+    assert key("exit", other) == key("exit", paper) == key("exit", paper, drop=True)

@@ -47,6 +47,8 @@ Departures (each also noted where it happens):
   labels (``truncator.py``); the paper profile keeps the greedy output (``null``).
 - Embedded profile: the generator reads each kept clue with its neighbouring sentences under its passage title
   (``clue_context: window``, ``context.py``), chosen on validation; the paper profile shows the clue sentences.
+- Embedded profile: the clue reranker reads each clue under its passage's title (``reranker_input: titled``),
+  though it was trained on the clues alone; chosen on validation. The paper profile reads the clue (000).
 - Embedded profile: extractor targets shorter than five sentences are padded with the shown sentences most
   similar to the question (``extractor.pad_to``, ``train_labels.pad_target``): MiniLM's KNN expansion adds nothing,
   and a 135M extractor trained on the one-sentence targets writes one clue (Recall-1 42% unpadded, 56% padded

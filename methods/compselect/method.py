@@ -20,6 +20,7 @@ from methods.compselect.prompts import OUTPUTS, extractor_messages, truncator_me
 from methods.compselect.truncator import truncator_decision
 
 TRUNCATIONS = ("adaptive", "none", "random")
+RERANKER_INPUTS = ("clue", "titled")  # what the clue reranker reads: the clue (000), or the clue under its title
 REMAKE = "python -m methods.compselect.train"  # what re-makes the adapters (README)
 
 
@@ -122,11 +123,14 @@ class CompSelect(Compressor):
         trust_remote_code: bool = False,
         engine: str = "vllm",
         clue_context: str = "sentence",
+        reranker_input: str = "clue",
     ) -> None:
         super().__init__()
         if clue_context not in CLUE_CONTEXTS:
             raise ValueError(f"clue_context={clue_context!r}; valid: {', '.join(CLUE_CONTEXTS)}")
-        self.clue_context = clue_context
+        if reranker_input not in RERANKER_INPUTS:
+            raise ValueError(f"reranker_input={reranker_input!r}; valid: {', '.join(RERANKER_INPUTS)}")
+        self.clue_context, self.reranker_input = clue_context, reranker_input
         if truncation not in TRUNCATIONS:
             raise ValueError(f"truncation={truncation!r}; valid: {', '.join(TRUNCATIONS)}")
         if truncator_output not in OUTPUTS:
@@ -198,12 +202,17 @@ class CompSelect(Compressor):
         mapped = [map_clues(o, x.sentences[: x.shown], self.match_threshold) for o, x in zip(outs, inputs, strict=True)]
         return inputs, [m[0] for m in mapped], [m[1] for m in mapped], replayed
 
-    def rerank(self, question: str, clues: list[Clue]) -> tuple[list[Clue], list[float] | None]:
+    def rerank(
+        self, question: str, clues: list[Clue], titles: Sequence[str] | None = None
+    ) -> tuple[list[Clue], list[float] | None]:
         """Stage 2: clues by descending reranker score (ties and ``reranker=None`` keep the extractor's
-        order)."""
+        order). ``titles`` (one per clue): the reranker reads each clue under its passage's title."""
         if self.reranker is None or not clues:
             return clues, None
-        scores = self.reranker.score(question, [c.text for c in clues])
+        texts = [c.text for c in clues]
+        if titles is not None:
+            texts = [f"{t}\n{x}" if t else x for t, x in zip(titles, texts, strict=True)]
+        scores = self.reranker.score(question, texts)
         order = rank_desc(scores)
         return [clues[i] for i in order], [float(scores[i]) for i in order]
 
@@ -275,7 +284,10 @@ class CompSelect(Compressor):
         inputs, clues, dropped, replayed = self.extract(examples)
         t1 = time.perf_counter()
         extract_replayed = REPLAYS.seconds - r0  # measured when first computed; the runner adds them too
-        reranked = [self.rerank(e.question, c) for e, c in zip(examples, clues, strict=True)]
+        reranked = [
+            self.rerank(e.question, c, self._titles(e, x, c) if self.reranker_input == "titled" else None)
+            for e, x, c in zip(examples, inputs, clues, strict=True)
+        ]
         t2 = time.perf_counter()
         r2 = REPLAYS.seconds
         ks, raw, p_empty = self.truncate(examples, [r[0] for r in reranked])
@@ -300,6 +312,11 @@ class CompSelect(Compressor):
                 comp.meta["truncated"] = cuts
             results.append(comp)
         return results
+
+    @staticmethod
+    def _titles(e: Example, x: ExtractorInput, clues: list[Clue]) -> list[str]:
+        """The title of each clue's passage."""
+        return [e.passages[x.units[c.source].passage].title for c in clues]
 
     @staticmethod
     def _result(
@@ -371,6 +388,7 @@ class CompSelect(Compressor):
             },
             "match_threshold": self.match_threshold,
             "clue_context": self.clue_context,
+            "reranker_input": self.reranker_input,
             "seed": self.seed,
             "reranker": None if self.reranker is None else self.reranker.describe(),
         }
