@@ -491,7 +491,7 @@ def test_titled_reranker_input_scores_each_clue_under_its_passage_title():
     titles = titled._titles(ex, x, clues)
     assert titles == ["Blackpool Tower", "Eiffel Tower"]
     ranked, scores = titled.rerank(q, clues, titles)
-    expected = scorer.score(q, [f"{t}\n{c.text}" for t, c in zip(titles, clues)])
+    expected = scorer.score(q, [f"{t}\n{c.text}" for t, c in zip(titles, clues, strict=True)])
     assert sorted(scores, reverse=True) == sorted(expected, reverse=True)
     assert ranked[0] is clues[1]  # the title says which tower
     _, plain = titled.rerank(q, clues)
