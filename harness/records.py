@@ -1,5 +1,7 @@
 """Run records: ``predictions.jsonl`` appended as the run goes, ``latency.jsonl`` for the batch-1 sample,
 ``summary.json`` at the end, and ``run.json`` holding the key that makes a folder resumable.
+A folder made in another checkout folder resumes too: its key differs only by the paths under the checkout
+(``harness.renames.relocated``); ``run.json`` keeps the key it was made with.
 
 Resuming: a record is written (and flushed to disk) once its example is fully scored, so a killed run leaves
 complete lines plus at most one torn last line, which is dropped on the next start. Records already present are
@@ -17,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.metrics import corpus_cr, echo
+from harness.renames import relocated
 
 PREDICTIONS, LATENCY, SUMMARY, RUN = "predictions.jsonl", "latency.jsonl", "summary.json", "run.json"
 LOCK = ".run.lock"  # one writer per run folder (harness/runlock.py)
@@ -61,7 +64,7 @@ class RunRecords:
         run_file = self.folder / RUN
         if run_file.is_file():
             old = json.loads(run_file.read_text())
-            if old.get("key") != key:
+            if old.get("key") != key and not relocated(old.get("config"), key_config):
                 raise RunFolderMismatch(
                     f"{self.folder} holds records of another configuration (key {old.get('key')} != {key}); "
                     "use another run folder (hydra.run.dir=...) or delete it"

@@ -11,6 +11,7 @@ new names. A later move adds its pairs here.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from harness.provenance import REPO_ROOT
@@ -47,3 +48,43 @@ def as_keyed(node: Any) -> Any:
     if isinstance(node, list):
         return [as_keyed(v) for v in node]
     return _as_keyed_text(node) if isinstance(node, str) else node
+
+
+def _pairs(old: Any, new: Any, out: list[tuple[str, str]]) -> bool:
+    """Walk two configs side by side: ``False`` if they differ other than in strings, else collect the differing
+    string pairs in ``out``."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        return old.keys() == new.keys() and all(_pairs(old[k], new[k], out) for k in new)
+    if isinstance(old, list) and isinstance(new, list):
+        return len(old) == len(new) and all(_pairs(o, n, out) for o, n in zip(old, new, strict=True))
+    if isinstance(old, str) and isinstance(new, str) and old != new:
+        out.append((old, new))
+        return True
+    return old == new
+
+
+def _old_root(old: str, new: str) -> tuple[int, str] | None:
+    """Where ``old`` was written, if ``new`` is the same path under this checkout (level 0: the old checkout folder)
+    or under the folder that holds it (level 1, as ``../shared/data``: the old checkout's parent)."""
+    for level, here in enumerate((REPO_ROOT.resolve(), REPO_ROOT.resolve().parent)):
+        rel = new[len(str(here)) :]
+        if new.startswith(f"{here}/") and old.endswith(rel) and len(old) > len(rel):
+            return level, old[: len(old) - len(rel)]
+    return None
+
+
+def relocated(old: Any, new: Any) -> bool:
+    """Whether the key config ``old`` (a run folder's ``run.json``) is ``new`` made in another checkout folder: the
+    same in everything but the absolute paths under the checkout (and beside it, as ``../shared/data``), all
+    moved from one old checkout folder (and its parent). A run folder made in another clone then resumes here."""
+    pairs: list[tuple[str, str]] = []
+    if not _pairs(old, new, pairs) or not pairs:
+        return False
+    roots = [_old_root(o, n) for o, n in pairs]
+    if None in roots:
+        return False
+    checkout = {r for level, r in roots if level == 0}
+    parent = {r for level, r in roots if level == 1}
+    if len(checkout) > 1 or len(parent) > 1:
+        return False
+    return not (checkout and parent) or str(Path(next(iter(checkout))).parent) == next(iter(parent))

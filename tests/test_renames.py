@@ -90,3 +90,48 @@ def test_compselect_settings_change_only_compselect_keys_and_only_away_from_the_
     assert key("compselect", other) != key("compselect", paper)
     assert key("finefilter", other) != key("finefilter", paper)
     assert key("exit", other) == key("exit", paper) == key("exit", paper, drop=True)
+
+
+def _moved(node, checkout: str):
+    """``node`` as if made in the checkout folder ``checkout`` (its sibling folders moved along)."""
+    here, parent = str(REPO_ROOT.resolve()), str(REPO_ROOT.resolve().parent)
+    if isinstance(node, dict):
+        return {k: _moved(v, checkout) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_moved(v, checkout) for v in node]
+    if isinstance(node, str) and node.startswith(here + "/"):
+        return checkout + node[len(here) :]
+    if isinstance(node, str) and node.startswith(parent + "/"):
+        return checkout.rsplit("/", 1)[0] + node[len(parent) :]
+    return node
+
+
+def test_a_run_folder_made_in_another_checkout_folder_resumes_here(tmp_path):
+    """The key holds absolute paths (artifacts, data): a folder made in another clone has another key, and resumes
+    when the paths are all that differ, each moved from one old checkout folder; anything else still refuses."""
+    from harness.records import RUN, RunFolderMismatch, RunRecords
+    from harness.renames import relocated
+
+    here = key_config(compose_config("config", ["method=compselect", "dataset=nq"]))
+    there = _moved(here, "/elsewhere/ws/clone")
+    assert there != here and config_key(there) != config_key(here)
+    assert there["dataset"]["path"].startswith("/elsewhere/ws/")  # ../shared/data moved along
+    assert relocated(there, here)
+    folder = tmp_path / "run"
+    folder.mkdir()
+    (folder / RUN).write_text(json.dumps({"key": config_key(there), "config": there}))
+    RunRecords(folder, config_key(here), here)  # resumes
+    assert json.loads((folder / RUN).read_text())["key"] == config_key(there)  # the key it was made with
+
+    same_data = {**there, "dataset": here["dataset"]}  # made in another clone, reading the very same data file
+    assert relocated(same_data, here)
+    elsewhere = {**there, "dataset": _moved(here["dataset"], "/other/place/clone")}  # data not beside that clone
+    assert not relocated(elsewhere, here)
+    other_artifacts = json.loads(json.dumps(there).replace("artifacts/embedded", "artifacts/embedded_old"))
+    assert not relocated(other_artifacts, here)
+    other_setting = json.loads(json.dumps(there))
+    other_setting["method"]["clue_context"] = "passage"
+    assert not relocated(other_setting, here)
+    (folder / RUN).write_text(json.dumps({"key": config_key(other_setting), "config": other_setting}))
+    with pytest.raises(RunFolderMismatch, match="another configuration"):
+        RunRecords(folder, config_key(here), here)
