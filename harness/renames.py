@@ -85,6 +85,5 @@ def relocated(old: Any, new: Any) -> bool:
         return False
     checkout = {r for level, r in roots if level == 0}
     parent = {r for level, r in roots if level == 1}
-    if len(checkout) > 1 or len(parent) > 1:
-        return False
-    return not (checkout and parent) or str(Path(next(iter(checkout))).parent) == next(iter(parent))
+    # one old checkout; what sat beside it moved with it (paths beside an unmoved checkout did not move)
+    return len(checkout) == 1 and parent <= {str(Path(next(iter(checkout))).parent)}

@@ -135,3 +135,5 @@ def test_a_run_folder_made_in_another_checkout_folder_resumes_here(tmp_path):
     (folder / RUN).write_text(json.dumps({"key": config_key(other_setting), "config": other_setting}))
     with pytest.raises(RunFolderMismatch, match="another configuration"):
         RunRecords(folder, config_key(here), here)
+    data_only = {**here, "dataset": there["dataset"]}  # the checkout here, its data beside another folder
+    assert not relocated(data_only, here)
