@@ -43,7 +43,6 @@ def clue_documents(passages: Sequence[Passage], kept: Sequence[Unit], context: s
         wide = {s + d for s in clues for d in offsets}
         shown = sorted(s for s in wide if 0 <= s < len(sentences[p]))
         body = " ".join(sentences[p][s] for s in shown)
-        title = passages[p].title
-        docs.append(f"{title}\n{body}" if title else body)
+        docs.append(Passage(body, passages[p].title).render())
         units.extend(Unit(p, s) for s in shown)
     return docs, units

@@ -12,7 +12,7 @@ from harness.lm.cache import REPLAYS
 from harness.lm.fit import truncated_meta
 from harness.protocols import Compressor, Messages, MethodEnv
 from harness.text import passage_sentences, rank_desc
-from harness.types import Compressed, Example, Unit
+from harness.types import Compressed, Example, Passage, Unit
 from methods.compselect.cascade import cascade
 from methods.compselect.context import CLUE_CONTEXTS, clue_documents
 from methods.compselect.parsing import DEFAULT_THRESHOLD, Clue, map_clues, parse_truncation
@@ -211,7 +211,7 @@ class CompSelect(Compressor):
             return clues, None
         texts = [c.text for c in clues]
         if titles is not None:
-            texts = [f"{t}\n{x}" if t else x for t, x in zip(titles, texts, strict=True)]
+            texts = [Passage(x, t).render() for t, x in zip(titles, texts, strict=True)]
         scores = self.reranker.score(question, texts)
         order = rank_desc(scores)
         return [clues[i] for i in order], [float(scores[i]) for i in order]
