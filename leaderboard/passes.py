@@ -77,16 +77,16 @@ def compare(passes: pd.DataFrame, baseline: str = "full") -> pd.DataFrame:
 
 
 def block_passes(passes: pd.DataFrame, profile: str, generator: str) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """A block's headline pass (the newest pass that timed the baseline: its rows, compared) and every other row
-    of the block (other passes or CPUs: shown apart, never compared with the headline pass)."""
+    """A block's headline rows and every other row of the block. Per dataset, the headline is the newest pass
+    that timed the baseline on it (its rows there, compared), so one pass per dataset may come from its own
+    invocation (``--datasets nq``); every other row (older passes, other CPUs, a pass without the baseline) is
+    shown apart, never compared with the headline."""
     if passes.empty:
         return passes, passes
     g = passes[(passes.profile == profile) & (passes.generator == generator)]
-    timed = g[g.compared]
-    if timed.empty:
-        return g.iloc[:0], g
-    newest = timed.sort_values("finished_at").pass_id.iloc[-1]
-    head = g[(g.pass_id == newest) & g.compared]
+    timed = g[g.compared].sort_values("finished_at")
+    newest = timed.groupby("dataset").pass_id.last()
+    head = g[g.compared & (g.pass_id == g.dataset.map(newest))]
     return head, g.drop(head.index)
 
 

@@ -355,8 +355,8 @@ def _pass_rows(rows: pd.DataFrame, apart: bool) -> tuple[list[str], list[list[st
 
 
 def _pass_block(page: _Page, all_passes: pd.DataFrame, profile: str, gen: str, baseline: str) -> None:
-    """Latency side by side: the block's newest latency pass (every row against the ``full`` of that pass, on
-    its CPU), then any row timed in another pass or on another CPU, apart."""
+    """Latency side by side: per dataset, the block's newest latency pass there (every row against the ``full``
+    of that pass, on its CPU), then any row timed in another pass or on another CPU, apart."""
     head, apart = passes.block_passes(all_passes, profile, gen)
     if head.empty and apart.empty:
         return
@@ -364,12 +364,22 @@ def _pass_block(page: _Page, all_passes: pd.DataFrame, profile: str, gen: str, b
     if not head.empty:
         r0 = head.iloc[0]
         h, rows = _pass_rows(head, apart=False)
+        runs = head.groupby("pass_id", sort=False).agg(
+            datasets=("dataset", lambda d: ", ".join(label(x) for x in dict.fromkeys(d))),
+            finished_at=("finished_at", "max"),
+            cpu=("cpu", "first"),
+            threads=("threads", "first"),
+        )
+        which = "; ".join(
+            f"{r.datasets}: pass `{pid}` ({r.finished_at}) on {r.cpu}, {r.threads} threads"
+            for pid, r in runs.iterrows()
+        )
         text += (
-            f"Pass `{r0.pass_id}` (`python -m tools.latency_pass`, {r0.finished_at}) on {r0.cpu}, {r0.threads} "
-            f"threads: every variant on the same {int(r0.n)} questions per dataset ({r0.get('sample', '?')}), one "
-            "at a time after warm-up, each as if unseen, the variants interleaved question by question, "
-            f"`{baseline}` in the same pass; the pass repeated {int(r0.repeats)} times. Seconds are means over "
-            "the repeats (± spread: max - min); the ratios to `full` and the break-even (compression s / "
+            f"`python -m tools.latency_pass`, the newest pass of each dataset ({which}): every variant on the same "
+            f"{int(r0.n)} questions ({r0.get('sample', '?')}), one at a time after warm-up, each as if unseen, the "
+            f"variants interleaved question by question, `{baseline}` in the same pass; each pass repeated "
+            f"{int(r0.repeats)} times. Seconds are means over the repeats (± spread: max - min); the ratios to "
+            "`full` and the break-even (compression s / "
             "generation s saved against `full`) are computed within each repeat, then averaged.\n\n"
             f"{tables.markdown(h, rows)}\n"
         )
@@ -377,7 +387,7 @@ def _pass_block(page: _Page, all_passes: pd.DataFrame, profile: str, gen: str, b
     if not apart.empty:
         h, rows = _pass_rows(apart, apart=True)
         text += (
-            "\nTimed in another pass or on another CPU: shown apart, never compared with the pass above (the "
+            "\nTimed in another pass or on another CPU: shown apart, never compared with the passes above (the "
             "last column compares a row only with the `full` of its own pass and CPU).\n\n"
             f"{tables.markdown(h, rows)}\n"
         )

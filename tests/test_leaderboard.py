@@ -874,6 +874,31 @@ def test_latency_pass_rows_are_compared_only_with_full_of_their_own_pass_and_cpu
     }
 
 
+def test_each_dataset_heads_with_its_own_newest_pass(tmp_path):
+    """A pass per dataset (``--datasets nq``, then ``--datasets triviaqa``, perhaps in other sessions): each
+    dataset's newest pass that timed ``full`` there is its headline; an older pass on a dataset goes apart."""
+    from leaderboard import passes
+
+    tqa = {"dataset": "triviaqa", "pass_id": "p2", "finished_at": "2026-11-29T10:00:00+0000"}
+    old_nq = {"pass_id": "p0", "finished_at": "2026-11-20T10:00:00+0000"}
+    write_pass(
+        tmp_path / "latency" / "latency-pass-a.jsonl",
+        [pass_row("full", [1.0, 1.0]), pass_row("bm25", [0.5, 0.5])],
+    )
+    write_pass(
+        tmp_path / "latency" / "latency-pass-b.jsonl",
+        [pass_row("full", [2.0, 2.0], **tqa), pass_row("bm25", [1.0, 1.0], **tqa)],
+    )
+    write_pass(
+        tmp_path / "latency" / "latency-pass-0.jsonl",
+        [pass_row("full", [9.0, 9.0], **old_nq), pass_row("bm25", [1.0, 1.0], **old_nq)],
+    )
+    head, apart = passes.block_passes(passes.compare(passes.read_passes(tmp_path)), "embedded", "gen-a")
+    assert set(zip(head.dataset, head.pass_id, strict=True)) == {("nq", "p1"), ("triviaqa", "p2")}
+    assert head.set_index(["dataset", "variant"]).loc[("triviaqa", "bm25"), "online_vs_full_ratio"] == 0.5
+    assert set(apart.pass_id) == {"p0"}
+
+
 def test_publish_shows_the_newest_pass_side_by_side_and_other_cpus_apart(tmp_path):
     grid(tmp_path / "res", n=10, datasets=("nq",))
     epyc = {"pass_id": "p2", "cpu": "AMD EPYC, AVX2 only"}
