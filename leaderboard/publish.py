@@ -215,6 +215,19 @@ class _Page:
         (self.tail if self.archive else self.head).append(html.section(heading, body, level + self.depth))
 
 
+def _n_note(g: pd.DataFrame) -> str:
+    """Each row's n per dataset, rows with the same n named together (rows of a block may differ: Table 2's own
+    rows on every test question, the other variants on a sample)."""
+    ds = tables.datasets(g)
+    n = g.pivot_table(index="variant", columns="dataset", values="n", aggfunc="max").reindex(columns=ds)
+    groups: dict[str, list[str]] = {}
+    for v in reference.variant_order(list(n.index)):
+        key = " / ".join("-" if pd.isna(x) else str(int(x)) for x in n.loc[v])
+        groups.setdefault(key, []).append(f"`{v}`")
+    parts = "; ".join(f"{k}: {', '.join(vs)}" for k, vs in groups.items())
+    return f"\nn per row ({' / '.join(map(tables.label, ds))}): {parts}.\n"
+
+
 def _alias_note(g: pd.DataFrame) -> str:
     named = g.dropna(subset=["aliases"]).drop_duplicates("variant") if "aliases" in g else g.iloc[:0]
     if named.empty:
@@ -263,8 +276,8 @@ def _table2_block(page: _Page, full: pd.DataFrame, profile: str, gen: str, basel
     head, rows = tables.table2_rows(t2)
     ns = sorted(set(g.n.dropna().astype(int)))
     samples = ", ".join(sorted(set(g["sample"].fillna("first")))) if "sample" in g else "first"
-    title = f"Table 2 layout (n = {', '.join(map(str, ns))} per dataset; sample: {samples})"
-    notes = _alias_note(g) + _power_note(g, baseline)
+    title = f"Table 2 layout (n = {', '.join(map(str, ns))}: each row's n below the table; sample: {samples})"
+    notes = _n_note(g) + _alias_note(g) + _power_note(g, baseline)
     page.md.append(
         f"{page.h(2, f'Profile `{profile}`, generator `{gen}`')}\n\n{page.h(3, title)}\n\n"
         f"{tables.markdown(head, rows)}\n{notes}"

@@ -758,6 +758,21 @@ def test_aliases_are_found_from_the_records_and_need_every_dataset_to_agree(tmp_
     assert aliases(collect(tmp_path)) == found
 
 
+def test_table2_names_each_rows_n(tmp_path):
+    """Rows of one block at different n (Table 2's rows on every test question, the rest on a sample): the
+    note under Table 2 gives each row's n per dataset, rows with the same n together."""
+    grid(tmp_path / "res", n=10)
+    f = tmp_path / "res" / "embedded" / "gen-a" / "nq" / "bm25" / "predictions.jsonl"
+    f.write_text("".join(f.read_text().splitlines(keepends=True)[:6]))
+    s = json.loads((f.parent / "summary.json").read_text())
+    (f.parent / "summary.json").write_text(json.dumps({**s, "n": 6}))
+    publish(tmp_path / "res", tmp_path / "out", resamples=50)
+    md = (tmp_path / "out" / "leaderboard.md").read_text()
+    assert "### Table 2 layout (n = 6, 10: each row's n below the table; " in md
+    note = next(ln for ln in md.splitlines() if ln.startswith("n per row"))
+    assert note.startswith("n per row (NQ / TQA): 10 / 10: `naive`, `full`, `oracle_sentences`; 6 / 10: `bm25`")
+
+
 def test_publish_opens_on_the_headline_block_with_older_blocks_under_archive(tmp_path):
     """The block of the newest run heads leaderboard.md and index.html (Table 2, SubEM-CR plot, latency);
     the older block follows under "Archive"; a variant identical to another is shown once, its alias named."""
