@@ -694,7 +694,7 @@ def test_a_shuffled_sample_is_a_column_not_a_variant_and_the_newest_run_wins(tmp
     assert runs.loc["full", "sample"] == "first"  # a summary written before samples: the split's first n
     publish(tmp_path, tmp_path / "out", resamples=50)
     md = (tmp_path / "out" / "leaderboard.md").read_text()
-    assert "(n = 8 per dataset; sample: first, shuffled seed 0)" in md
+    assert "(n = 8: each row's n below the table; sample: first, shuffled seed 0)" in md
 
 
 def test_compare_prints_wins_losses_ties_and_the_differing_questions_of_two_published_rows(capsys):
