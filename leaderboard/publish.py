@@ -382,17 +382,19 @@ def _pass_block(page: _Page, all_passes: pd.DataFrame, profile: str, gen: str, b
             finished_at=("finished_at", "max"),
             cpu=("cpu", "first"),
             threads=("threads", "first"),
+            n=("n", "max"),
+            repeats=("repeats", "first"),
         )
         which = "; ".join(
-            f"{r.datasets}: pass `{pid}` ({r.finished_at}) on {r.cpu}, {r.threads} threads"
+            f"{r.datasets}: pass `{pid}` ({r.finished_at}) on {r.cpu}, {r.threads} threads, {int(r.n)} questions "
+            f"x {int(r.repeats)} repeats"
             for pid, r in runs.iterrows()
         )
         text += (
             f"`python -m tools.latency_pass`, the newest pass of each dataset ({which}): every variant on the same "
-            f"{int(r0.n)} questions ({r0.get('sample', '?')}), one at a time after warm-up, each as if unseen, the "
-            f"variants interleaved question by question, `{baseline}` in the same pass; each pass repeated "
-            f"{int(r0.repeats)} times. Seconds are means over the repeats (± spread: max - min); the ratios to "
-            "`full` and the break-even (compression s / "
+            f"questions ({r0.get('sample', '?')}), one at a time after warm-up, each as if unseen, the variants "
+            f"interleaved question by question, `{baseline}` in the same pass. Seconds are means over the repeats "
+            "(± spread: max - min); the ratios to `full` and the break-even (compression s / "
             "generation s saved against `full`) are computed within each repeat, then averaged.\n\n"
             f"{tables.markdown(h, rows)}\n"
         )

@@ -933,6 +933,10 @@ def test_publish_shows_the_newest_pass_side_by_side_and_other_cpus_apart(tmp_pat
         "| bm25 | NQ | 20 × 2 | 0.1000 | 0.500 | 0.600 (±0.000) | 0.50× (±0.00) | 0.60× (±0.00) | 0.200 | yes |" in md
     )
     assert "| Intel Xeon, native bf16 (amx_bf16) | 2 | smollm2-135m-instruct float32 |" in md
+    assert (
+        "NQ: pass `p1` (2026-11-28T10:00:00+0000) on Intel Xeon, native bf16 (amx_bf16), 2 threads, 20 questions x 2"
+        in md
+    )
     apart = md.index("shown apart, never compared")
     assert (
         apart > side
