@@ -160,6 +160,22 @@ def model_ids(info: Any) -> list[str]:
     return list(dict.fromkeys(out))
 
 
+def trained_elsewhere(info: Any, generator: str) -> str | None:
+    """The generators other than ``generator`` that a trained part of the method was trained through (every
+    ``trained_through`` value in its ``describe()`` dict), comma-separated; None where all match or none is named."""
+    found: list[str] = []
+    if isinstance(info, dict):
+        through = info.get("trained_through")
+        if isinstance(through, str) and through != generator:
+            found.append(through)
+        for k, v in info.items():
+            if k != "trained_through" and (got := trained_elsewhere(v, generator)):
+                found.extend(got.split(", "))
+    elif isinstance(info, list):
+        found = [x for v in info if (got := trained_elsewhere(v, generator)) for x in got.split(", ")]
+    return ", ".join(dict.fromkeys(found)) or None
+
+
 def _row(folder: Path, root: Path) -> dict[str, Any] | None:
     try:
         s = json.loads((folder / SUMMARY).read_text())
@@ -194,6 +210,7 @@ def _row(folder: Path, root: Path) -> dict[str, Any] | None:
         "generator_backend": ginfo.get("backend"),
         "method_models": "; ".join(model_ids(minfo)) or None,
         "method_info": json.dumps(minfo, sort_keys=True, default=str),
+        "trained_elsewhere": trained_elsewhere(minfo, s["generator"]),
         "packages": json.dumps(s.get("packages") or {}, sort_keys=True),
         "hardware": (s.get("hardware") or {}).get("cpu"),
         "finished_at": s.get("finished_at"),

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from leaderboard.tables import DAGGER, fmt, label
+from leaderboard.tables import DAGGER, ELSEWHERE, fmt, label
 
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:1.5rem auto;max-width:1500px;
@@ -72,7 +72,11 @@ COLUMNS = [  # (header, row -> (text, sort value or None), title)
     ("Profile", lambda r: (r.profile, None), ""),
     ("Generator", lambda r: (r.generator, None), ""),
     ("Dataset", lambda r: (label(r.dataset), None), ""),
-    ("Method", lambda r: (_method(r), None), "a variant that repeats another row for row is shown once: (= alias)"),
+    (
+        "Method",
+        lambda r: (_method(r), None),
+        "a variant that repeats another row for row is shown once: (= alias); ‡ trained through another generator",
+    ),
     ("n", lambda r: (fmt(r.n, "{:.0f}"), r.n), "examples"),
     ("SubEM", lambda r: (fmt(r.subem), r.subem), "%"),
     (
@@ -101,7 +105,8 @@ COLUMNS = [  # (header, row -> (text, sort value or None), title)
 def _method(r) -> str:
     aliases = getattr(r, "aliases", None)
     alias = f" (= {aliases})" if isinstance(aliases, str) and aliases else ""
-    return r.variant + alias + (" (oracle)" if r.oracle else "")
+    elsewhere = ELSEWHERE if isinstance(getattr(r, "trained_elsewhere", None), str) else ""
+    return r.variant + alias + elsewhere + (" (oracle)" if r.oracle else "")
 
 
 def _delta(r) -> str:

@@ -242,6 +242,21 @@ def _alias_note(g: pd.DataFrame) -> str:
     )
 
 
+def _elsewhere_note(g: pd.DataFrame, gen: str) -> str:
+    """The rows marked ‡: a trained part of the method learned from another generator than this block's (its
+    figures measure a model fitted to that generator's replies, prompt included)."""
+    if "trained_elsewhere" not in g:
+        return ""
+    other = g.dropna(subset=["trained_elsewhere"]).groupby("variant", sort=False).trained_elsewhere.unique()
+    if other.empty:
+        return ""
+    named = "; ".join(f"`{v}` through " + ", ".join(f"`{x}`" for x in gens) for v, gens in other.items())
+    return (
+        f"\n{tables.ELSEWHERE} Trained through another generator than `{gen}`: {named} (the run's `method_info` "
+        "names it, `trained_through`); retrained through this one, its figures may differ.\n"
+    )
+
+
 def _power_note(g: pd.DataFrame, baseline: str) -> str:
     """Per dataset and n, the smallest SubEM difference from ``baseline`` that the paired test detects with power
     0.8 (``harness.stats.detectable_difference``), at the median share of questions where a row and the baseline
@@ -277,7 +292,7 @@ def _table2_block(page: _Page, full: pd.DataFrame, profile: str, gen: str, basel
     ns = sorted(set(g.n.dropna().astype(int)))
     samples = ", ".join(sorted(set(g["sample"].fillna("first")))) if "sample" in g else "first"
     title = f"Table 2 layout (n = {', '.join(map(str, ns))}: each row's n below the table; sample: {samples})"
-    notes = _n_note(g) + _alias_note(g) + _power_note(g, baseline)
+    notes = _n_note(g) + _alias_note(g) + _elsewhere_note(g, gen) + _power_note(g, baseline)
     page.md.append(
         f"{page.h(2, f'Profile `{profile}`, generator `{gen}`')}\n\n{page.h(3, title)}\n\n"
         f"{tables.markdown(head, rows)}\n{notes}"

@@ -38,6 +38,7 @@ METRIC_LABELS = {
 # (harness.metrics.echo) say how far a row's SubEM is the generator answering.
 UNRANKED = ("echo", "subem_from_echo")
 DAGGER = "†"
+ELSEWHERE = "‡"  # marks a variant with a part trained through another generator than its block's
 EMPTY = "∅"  # marks a CR whose row kept nothing on more than half its questions
 MOSTLY_EMPTY = 0.5
 
@@ -77,6 +78,7 @@ class Table2:
     oracle: pd.Series
     empty: pd.DataFrame  # per dataset: share of questions with an empty context
     aliases: dict[str, str] | None = None  # variant -> the variants it also stands for (identical rows)
+    elsewhere: dict[str, str] | None = None  # variant -> the other generators a part of it was trained through
 
 
 def table2(df: pd.DataFrame, profile: str, generator: str) -> Table2:
@@ -105,7 +107,9 @@ def table2(df: pd.DataFrame, profile: str, generator: str) -> Table2:
             best.loc[col.index[col == col.max()], c] = True
     named = g.dropna(subset=["aliases"]) if "aliases" in g else None
     aliases = {} if named is None else dict(zip(named.variant, named.aliases, strict=True))
-    return Table2(values, best, nonsig, oracle, empty, aliases)
+    other = g.dropna(subset=["trained_elsewhere"]) if "trained_elsewhere" in g else g.iloc[:0]
+    elsewhere = dict(zip(other.variant, other.trained_elsewhere, strict=True))
+    return Table2(values, best, nonsig, oracle, empty, aliases, elsewhere)
 
 
 def _cell(
@@ -123,8 +127,9 @@ def _cell(
     return s
 
 
-def _name(variant: str, oracle: bool, alias: str | None = None) -> str:
+def _name(variant: str, oracle: bool, alias: str | None = None, elsewhere: bool = False) -> str:
     name = f"{variant} (= {alias})" if alias else variant
+    name += ELSEWHERE if elsewhere else ""
     return f"{name} (oracle)" if oracle else name
 
 
@@ -143,7 +148,7 @@ def table2_rows(t: Table2, latex: bool = False) -> tuple[list[str], list[list[st
             )
             for c in t.values.columns
         ]
-        rows.append([_name(v, bool(t.oracle[v]), (t.aliases or {}).get(v)), *cells])
+        rows.append([_name(v, bool(t.oracle[v]), (t.aliases or {}).get(v), v in (t.elsewhere or {})), *cells])
     return head, rows
 
 
@@ -156,6 +161,7 @@ def table2_csv(t: Table2) -> pd.DataFrame:
     for d in t.empty.columns:
         flat[f"{d}_kept_nothing"] = t.empty[d].values
     flat.insert(0, "oracle", t.oracle.values)
+    flat.insert(1, "trained_through_other_generator", [(t.elsewhere or {}).get(v) for v in flat.index])
     return flat.rename_axis("variant").reset_index()
 
 
@@ -201,6 +207,7 @@ def latex_escape(s: str) -> str:
         ("ε", "$\\varepsilon$"),
         ("×", "$\\times$"),
         ("†", "$^\\dagger$"),
+        (ELSEWHERE, "$^\\ddagger$"),
     ):
         s = s.replace(a, b)
     return s

@@ -773,6 +773,30 @@ def test_table2_names_each_rows_n(tmp_path):
     assert note.startswith("n per row (NQ / TQA): 10 / 10: `naive`, `full`, `oracle_sentences`; 6 / 10: `bm25`")
 
 
+def test_a_row_trained_through_another_generator_is_marked(tmp_path):
+    """A method whose trained part names another generator (``trained_through`` in its ``method_info``, as CSM's
+    heads do) is marked ‡ in Table 2 (Markdown, LaTeX, CSV, HTML) and named with that generator under it; a
+    part trained through the block's own generator is not marked."""
+    grid(tmp_path / "res", n=10)
+    for ds, through in (("nq", "gen-old"), ("triviaqa", "gen-a")):
+        f = tmp_path / "res" / "embedded" / "gen-a" / ds / "bm25" / "summary.json"
+        s = json.loads(f.read_text())
+        f.write_text(json.dumps({**s, "method_info": {"name": "bm25", "head": {"trained_through": through}}}))
+    f = tmp_path / "res" / "embedded" / "gen-a" / "nq" / "full" / "summary.json"
+    s = json.loads(f.read_text())
+    f.write_text(json.dumps({**s, "method_info": {"name": "full", "trained_through": "gen-a"}}))
+    publish(tmp_path / "res", tmp_path / "out", resamples=50)
+    out = tmp_path / "out"
+    md = (out / "leaderboard.md").read_text()
+    assert "| bm25‡ |" in md and "| full |" in md
+    assert "‡ Trained through another generator than `gen-a`: `bm25` through `gen-old` (" in md
+    assert "bm25$^\\ddagger$" in (out / "table2_embedded_gen-a.tex").read_text()
+    t2 = pd.read_csv(out / "table2_embedded_gen-a.csv").set_index("variant")
+    assert t2.loc["bm25", "trained_through_other_generator"] == "gen-old"
+    assert t2.trained_through_other_generator.dropna().index.tolist() == ["bm25"]
+    assert "bm25‡" in (out / "index.html").read_text()
+
+
 def test_publish_opens_on_the_headline_block_with_older_blocks_under_archive(tmp_path):
     """The block of the newest run heads leaderboard.md and index.html (Table 2, SubEM-CR plot, latency);
     the older block follows under "Archive"; a variant identical to another is shown once, its alias named."""
