@@ -108,7 +108,7 @@ def table2(df: pd.DataFrame, profile: str, generator: str) -> Table2:
     named = g.dropna(subset=["aliases"]) if "aliases" in g else None
     aliases = {} if named is None else dict(zip(named.variant, named.aliases, strict=True))
     other = g.dropna(subset=["trained_elsewhere"]) if "trained_elsewhere" in g else g.iloc[:0]
-    elsewhere = dict(zip(other.variant, other.trained_elsewhere, strict=True))
+    elsewhere = other.groupby("variant").trained_elsewhere.agg(lambda x: ", ".join(dict.fromkeys(x))).to_dict()
     return Table2(values, best, nonsig, oracle, empty, aliases, elsewhere)
 
 
