@@ -156,12 +156,19 @@ def test_st_training_ends_with_the_epoch_best_on_validation(pairs, nq5):
 
 
 @pytest.mark.skipif(not (WEIGHTS / "head.safetensors").is_file(), reason="embedded CSM weights not trained yet")
-def test_committed_csm_keeps_exactly_the_positive_predictions(env, nq5):
+def test_committed_csm_keeps_exactly_the_positive_predictions(env, nq5, caplog):
+    import json
+
     from methods.csm.head import load_head
     from methods.csm.method import CSMSelect
 
     m = CSMSelect(str(WEIGHTS), encoder=ENCODER, dedup_encoder=ENCODER)
-    m.bind(env)
+    with caplog.at_level("WARNING", logger="methods.csm.method"):
+        m.bind(env)
+    through = json.loads((WEIGHTS / "manifest.json").read_text())["generator"]["name"]
+    assert m.describe()["trained_through"] == through
+    # the test generator is not the one the head was trained through: the run says so
+    assert through != env.generator.name and f"trained through generator {through!r}" in caplog.text
     comps = m.compress_batch(nq5)
     head, _ = load_head(WEIGHTS)
     enc = PairEncoder(ENCODER)

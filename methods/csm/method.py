@@ -7,11 +7,15 @@ MLP, tanh), loaded from ``weights`` (``head.safetensors`` + ``config.json``, wri
 ``python -m methods.csm.train``). The same class serves CSM-st and CSM-e2e weights; only training
 differs. Units are passages or sentences (``granularity``); duplicates are removed first with the oracle's
 rule, so the model sees the lists it was trained on. Nothing positive -> closed book (released code).
+A head learns one generator's influence, prompt included: the run record names the generator it was trained
+through (``trained_through``, from its manifest), and binding it to another generator logs a warning.
 Departure: the encoder is frozen (released ``csm.py``); the paper does not say whether BERT is fine-tuned.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -21,6 +25,8 @@ from harness.lm.models import file_sha256
 from harness.protocols import Compressor, MethodEnv
 from harness.types import Compressed, Example
 
+log = logging.getLogger(__name__)
+
 
 def remake_command(weights: str | Path) -> str:
     """The command that trains the head in ``weights`` again (``csm_<mode>_<granularity>_<dataset>``; README)."""
@@ -28,6 +34,16 @@ def remake_command(weights: str | Path) -> str:
     dataset = {"tqa": "triviaqa"}.get(name.rsplit("_", 1)[-1], name.rsplit("_", 1)[-1])
     e2e = " --config-name train/csm_e2e" if name.startswith("csm_e2e") else ""
     return f"python -m methods.csm.train{e2e} dataset={dataset}"
+
+
+def trained_through(weights: str | Path) -> str | None:
+    """The generator whose CI values (CSM-st labels) or likelihoods (CSM-e2e) trained the head in ``weights``, as
+    its ``manifest.json`` names it; None where the manifest is missing or names none."""
+    path = Path(weights) / "manifest.json"
+    try:
+        return json.loads(path.read_text()).get("generator", {}).get("name")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 class CSMSelect(Compressor):
@@ -70,11 +86,25 @@ class CSMSelect(Compressor):
             raise ValueError(
                 f"CSM weights {self.weights} were trained on encoder {trained_on!r}, not {self.encoder_ref!r}"
             )
+        self._warn_if_trained_elsewhere(env)
         self._pairs = PairEncoder(self.encoder_ref or trained_on, self.max_length)
         if self._pairs.dim != self.head_config["dim"]:
             raise ValueError(f"encoder width {self._pairs.dim} != CSM width {self.head_config['dim']}")
         if self.dedup_encoder:
             self._dedup = sentence_encoder(self.dedup_encoder)
+
+    def _warn_if_trained_elsewhere(self, env: MethodEnv) -> None:
+        """A head learns one generator's influence (its prompt included): say so when it serves another."""
+        through, serving = trained_through(self.weights), getattr(env.generator, "name", None)
+        if through and serving and through != serving:
+            log.warning(
+                "%s: the head in %s was trained through generator %r, not this run's %r (retrain: %s)",
+                self.name,
+                self.weights,
+                through,
+                serving,
+                remake_command(self.weights),
+            )
 
     def units(self, examples: Sequence[Example]) -> list[UnitList]:
         lists = [example_units(ex, self.granularity, self.min_words) for ex in examples]
@@ -138,6 +168,7 @@ class CSMSelect(Compressor):
             "granularity": self.granularity,
             "threshold": self.threshold,
             "weights": {"path": self.weights, "sha256": file_sha256(Path(self.weights) / "head.safetensors")},
+            "trained_through": trained_through(self.weights),
             "head": cfg,
             "dedup": {"encoder": self.dedup_encoder, "threshold": self.dedup_threshold},
         }
