@@ -292,6 +292,7 @@ class LongLLMLingua(Compressor):
             "model": resolve(self.model_ref).describe(),
             "rate": self.rate,
             "dtype": self.dtype,
+            "engine": "transformers",  # the package's own forward passes on the model layer's torch model
             "device": self.device,
             "library": "llmlingua",
             **self.settings,

@@ -113,6 +113,14 @@ def test_rate_is_honoured_and_settings_recorded(bound, env, small):
     assert original / sizes[0.2] > 1.5
 
 
+def test_its_scorer_lm_is_named_for_the_latency_pass(bound):
+    """The latency table lists every LM a variant ran with its engine and dtype (``tools.latency_pass``)."""
+    from tools.latency_pass import lm_entries
+
+    [lm] = lm_entries(bound.describe(), "method")
+    assert lm["engine"] == "transformers" and lm["dtype"] == bound.dtype and lm["ref"] == bound.model_ref
+
+
 def test_empty_inputs(bound):
     for ex in (Example("e0", "who?", ("x",), ()), Example("e1", "who?", ("x",), (Passage(" ", ""),))):
         comp = bound.compress(ex)

@@ -65,3 +65,38 @@ def test_default_generator_is_vllm_and_records_its_engine_settings(tmp_path):
     lat = [json.loads(x) for x in next(tmp_path.rglob("latency.jsonl")).read_text().splitlines()]
     assert summary["latency_protocol"] == "batch1" and len(lat) == summary["latency_n"] == 4
     assert not any("replayed" in r for r in lat) and all(r["generate_s"] > 0 for r in lat)
+
+
+# A published row of the vLLM paper-prompt block, made on an Intel Xeon (AMX, native bf16) in fp32.
+PUBLISHED = REPO / "leaderboard/runs/embedded/smollm2-135m-instruct-vllm/nq/full/dataset.sample=shuffled,dataset.seed=0"
+
+
+@pytest.mark.skipif(not (PUBLISHED / "predictions.jsonl").is_file(), reason="the published row is not in the tree")
+def test_a_published_row_reruns_to_its_archived_predictions_on_this_cpu(tmp_path):
+    """Issue 50's "same predictions on the other CPU kind": the archived `full` NQ row (fp32 generator) re-run
+    here on its first 8 questions, call cache off, gives the archived answers token for token, whichever CPU
+    kind runs the test (measured 2026-11-30: 40 of 40 on an AMD EPYC with avx512_bf16; the regression gate's
+    450 predictions, written on an AVX2-only EPYC, unchanged there too)."""
+    pytest.importorskip("vllm")
+    from harness.lm import hardware
+
+    archived = json.loads((PUBLISHED / "summary.json").read_text())
+    assert archived["generator_info"]["dtype"] == "float32" and "Xeon" in archived["hardware"]["cpu"]
+    run = subprocess.run(
+        [sys.executable, "-m", "harness", "method=full", "dataset=nq", "dataset.sample=shuffled", "dataset.seed=0",
+         "limit=8", "generator.prompt=paper", "generator.answer=paper", "lm.cache=false", "latency.samples=0",
+         "progress=false", f"results_dir={tmp_path}"],
+        cwd=REPO, capture_output=True, text=True, timeout=900, env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    [folder] = [p.parent for p in tmp_path.rglob("summary.json")]
+    assert folder.relative_to(tmp_path).parts[1] == "smollm2-135m-instruct-vllm"  # the same generator key
+    now = {r["id"]: r for r in map(json.loads, (folder / "predictions.jsonl").read_text().splitlines())}
+    then = {r["id"]: r for r in map(json.loads, (PUBLISHED / "predictions.jsonl").read_text().splitlines())}
+    assert len(now) == 8 and set(now) <= set(then)
+    changed = [
+        i
+        for i in now
+        if (now[i]["prediction"], now[i]["prompt_tokens"]) != (then[i]["prediction"], then[i]["prompt_tokens"])
+    ]
+    assert not changed, f"archived on {archived['hardware']['cpu']}, re-run on {hardware.cpu_label()}: {changed}"

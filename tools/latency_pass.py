@@ -152,7 +152,9 @@ def lm_entries(info: Any, role: str) -> list[dict[str, Any]]:
     """Every LM in a ``describe()`` tree (a dict with ``engine`` and ``dtype``): its role, weights, engine, dtype."""
     if isinstance(info, dict):
         if "engine" in info and "dtype" in info:
-            return [{"role": role, "ref": info.get("ref"), "engine": info["engine"], "dtype": info["dtype"]}]
+            model = info.get("model")
+            ref = info.get("ref") or (model.get("ref") if isinstance(model, dict) else None)
+            return [{"role": role, "ref": ref, "engine": info["engine"], "dtype": info["dtype"]}]
         return [e for v in info.values() for e in lm_entries(v, role)]
     if isinstance(info, list | tuple):
         return [e for v in info for e in lm_entries(v, role)]
