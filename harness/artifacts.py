@@ -11,6 +11,10 @@ Only the files a manifest lists are checked: CompSelect's manifest hashes each s
 trained to a folder of one's own) is not checked at all, and says so in the log. A listed file that is missing,
 unreadable or whose hash differs raises one ``ArtifactError`` line naming the file, the expected and the found
 hash and the command that re-makes it; a folder that is not there at all raises one too.
+
+``trained_through`` reads which generator's replies trained an artifact (labels, likelihoods), where its manifest
+names one; a method records it in ``describe()`` and ``warn_if_trained_elsewhere`` says so when the run's generator
+is another (the leaderboard marks such rows).
 """
 
 from __future__ import annotations
@@ -35,6 +39,38 @@ def _manifest(folder: Path) -> Path | None:
         if candidate.is_file():
             return candidate
     return None
+
+
+def trained_through(folder: str | Path) -> str | None:
+    """The generator whose replies trained the artifact in ``folder``, as its manifest (in it or its parent) names
+    it: ``generator.name`` (CSM heads) or ``config.generator.name`` (CompSelect's stages); None where it names none."""
+    found = _manifest(Path(folder))
+    try:
+        manifest = json.loads(found.read_text()) if found else {}
+    except (OSError, ValueError):
+        return None
+    if not isinstance(manifest, dict):
+        return None
+    config = manifest.get("config") if isinstance(manifest.get("config"), dict) else {}
+    for generator in (manifest.get("generator"), config.get("generator")):
+        if isinstance(generator, dict) and isinstance(generator.get("name"), str):
+            return generator["name"]
+    return None
+
+
+def warn_if_trained_elsewhere(method: str, folder: str | Path, generator: object, remake: str) -> None:
+    """One warning line when the artifact in ``folder`` was trained through another generator than ``generator``
+    (the run's): it learned that generator's replies, prompt included."""
+    through, serving = trained_through(folder), getattr(generator, "name", None)
+    if through and serving and through != serving:
+        log.warning(
+            "%s: %s was trained through generator %r, not this run's %r (retrain: %s)",
+            method,
+            folder,
+            through,
+            serving,
+            remake,
+        )
 
 
 def expected_hashes(folder: str | Path) -> dict[Path, str]:

@@ -4,6 +4,7 @@ copy passes. Hashing only: no model loads."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from pathlib import Path
@@ -205,3 +206,30 @@ def json_files(folder: Path) -> dict:
     import json
 
     return json.loads((folder / "merged.json").read_text())["files"]
+
+
+def test_the_generator_an_artifact_was_trained_through_is_read_from_its_manifest(tmp_path, caplog):
+    """Both committed layouts (a CSM head's ``generator.name``, CompSelect's ``config.generator`` beside its stage
+    folders); a run on another generator gets one warning line, the same one none."""
+    from types import SimpleNamespace
+
+    from harness.artifacts import trained_through, warn_if_trained_elsewhere
+
+    art = REPO / "methods"
+    head = json.loads((art / "csm/artifacts/embedded/csm_st_passage_nq/manifest.json").read_text())
+    assert trained_through(art / "csm/artifacts/embedded/csm_st_passage_nq") == head["generator"]["name"]
+    stages = json.loads((art / "compselect/artifacts/embedded/manifest.json").read_text())
+    assert trained_through(art / "compselect/artifacts/embedded/extractor") == stages["config"]["generator"]["name"]
+    assert trained_through(tmp_path) is None
+    with caplog.at_level("WARNING", logger="harness.artifacts"):
+        warn_if_trained_elsewhere("m", art / "compselect/artifacts/embedded/extractor", SimpleNamespace(name="g"), "r")
+        warn_if_trained_elsewhere(
+            "m",
+            art / "compselect/artifacts/embedded/extractor",
+            SimpleNamespace(name=stages["config"]["generator"]["name"]),
+            "r",
+        )
+    assert (
+        len(caplog.records) == 1
+        and f"through generator {stages['config']['generator']['name']!r}, not this run's 'g'" in caplog.text
+    )

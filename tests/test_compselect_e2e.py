@@ -95,6 +95,7 @@ def test_compresses_two_real_examples(compselect, nq5):
     info = compselect.describe()
     assert set(info["adapters"]) == {"extractor", "truncator"}
     assert all(a["sha256"] for a in info["adapters"].values()) and info["reranker"]["trained"]["lora"]
+    assert info["trained_through"] == "smollm2-135m-instruct-vllm-documents_first-unlabelled"  # its labels' generator
 
 
 def test_empty_truncation_runs_closed_book_through_the_runner(compselect, env, generator, nq5, monkeypatch):

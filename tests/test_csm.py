@@ -163,7 +163,7 @@ def test_committed_csm_keeps_exactly_the_positive_predictions(env, nq5, caplog):
     from methods.csm.method import CSMSelect
 
     m = CSMSelect(str(WEIGHTS), encoder=ENCODER, dedup_encoder=ENCODER)
-    with caplog.at_level("WARNING", logger="methods.csm.method"):
+    with caplog.at_level("WARNING", logger="harness.artifacts"):
         m.bind(env)
     through = json.loads((WEIGHTS / "manifest.json").read_text())["generator"]["name"]
     assert m.describe()["trained_through"] == through

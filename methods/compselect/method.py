@@ -156,7 +156,7 @@ class CompSelect(Compressor):
         super().bind(env)
         from pathlib import Path
 
-        from harness.artifacts import ArtifactError, check_artifact
+        from harness.artifacts import ArtifactError, check_artifact, warn_if_trained_elsewhere
         from harness.lm import get_lm
 
         adapters: dict[str, str | None] = {"extractor": self.extractor}  # None: the un-tuned LM
@@ -165,6 +165,7 @@ class CompSelect(Compressor):
         for name, path in adapters.items():
             if path:  # checked against its manifest before it loads (harness.artifacts)
                 check_artifact(path, REMAKE)
+                warn_if_trained_elsewhere(f"{self.name} {name}", path, env.generator, REMAKE)
             if path and not (Path(path) / "adapter_config.json").is_file():
                 raise ArtifactError(f"LoRA adapter {name!r} not found at {path}: train it with `{REMAKE}`")
             self.lms[name] = get_lm(
@@ -374,6 +375,12 @@ class CompSelect(Compressor):
             meta=meta,
         )
 
+    def _trained_through(self) -> str | None:
+        """The generator whose replies labelled the trained stages (their manifest), None for untuned ones."""
+        from harness.artifacts import trained_through
+
+        return next((g for p in (self.extractor, self.truncator) if p and (g := trained_through(p))), None)
+
     def describe(self) -> dict[str, Any]:
         info: dict[str, Any] = {
             "name": self.name,
@@ -391,6 +398,7 @@ class CompSelect(Compressor):
             "reranker_input": self.reranker_input,
             "seed": self.seed,
             "reranker": None if self.reranker is None else self.reranker.describe(),
+            "trained_through": self._trained_through(),
         }
         if self.lms:
             info["lm"] = self.lm.describe()

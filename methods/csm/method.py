@@ -14,18 +14,15 @@ Departure: the encoder is frozen (released ``csm.py``); the paper does not say w
 
 from __future__ import annotations
 
-import json
-import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from harness.artifacts import trained_through, warn_if_trained_elsewhere
 from harness.influence import GRANULARITIES, UnitList, documents, example_units, mark_duplicates_batch, positive
 from harness.lm.models import file_sha256
 from harness.protocols import Compressor, MethodEnv
 from harness.types import Compressed, Example
-
-log = logging.getLogger(__name__)
 
 
 def remake_command(weights: str | Path) -> str:
@@ -34,16 +31,6 @@ def remake_command(weights: str | Path) -> str:
     dataset = {"tqa": "triviaqa"}.get(name.rsplit("_", 1)[-1], name.rsplit("_", 1)[-1])
     e2e = " --config-name train/csm_e2e" if name.startswith("csm_e2e") else ""
     return f"python -m methods.csm.train{e2e} dataset={dataset}"
-
-
-def trained_through(weights: str | Path) -> str | None:
-    """The generator whose CI values (CSM-st labels) or likelihoods (CSM-e2e) trained the head in ``weights``, as
-    its ``manifest.json`` names it; None where the manifest is missing or names none."""
-    path = Path(weights) / "manifest.json"
-    try:
-        return json.loads(path.read_text()).get("generator", {}).get("name")
-    except (OSError, ValueError, AttributeError):
-        return None
 
 
 class CSMSelect(Compressor):
@@ -86,25 +73,12 @@ class CSMSelect(Compressor):
             raise ValueError(
                 f"CSM weights {self.weights} were trained on encoder {trained_on!r}, not {self.encoder_ref!r}"
             )
-        self._warn_if_trained_elsewhere(env)
+        warn_if_trained_elsewhere(self.name, self.weights, env.generator, remake_command(self.weights))
         self._pairs = PairEncoder(self.encoder_ref or trained_on, self.max_length)
         if self._pairs.dim != self.head_config["dim"]:
             raise ValueError(f"encoder width {self._pairs.dim} != CSM width {self.head_config['dim']}")
         if self.dedup_encoder:
             self._dedup = sentence_encoder(self.dedup_encoder)
-
-    def _warn_if_trained_elsewhere(self, env: MethodEnv) -> None:
-        """A head learns one generator's influence (its prompt included): say so when it serves another."""
-        through, serving = trained_through(self.weights), getattr(env.generator, "name", None)
-        if through and serving and through != serving:
-            log.warning(
-                "%s: the head in %s was trained through generator %r, not this run's %r (retrain: %s)",
-                self.name,
-                self.weights,
-                through,
-                serving,
-                remake_command(self.weights),
-            )
 
     def units(self, examples: Sequence[Example]) -> list[UnitList]:
         lists = [example_units(ex, self.granularity, self.min_words) for ex in examples]
