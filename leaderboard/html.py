@@ -106,7 +106,7 @@ def _method(r) -> str:
     aliases = getattr(r, "aliases", None)
     alias = f" (= {aliases})" if isinstance(aliases, str) and aliases else ""
     elsewhere = ELSEWHERE if isinstance(getattr(r, "trained_elsewhere", None), str) else ""
-    return r.variant + alias + elsewhere + (" (oracle)" if r.oracle else "")
+    return r.variant + elsewhere + alias + (" (oracle)" if r.oracle else "")
 
 
 def _delta(r) -> str:

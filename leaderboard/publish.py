@@ -242,15 +242,12 @@ def _alias_note(g: pd.DataFrame) -> str:
     )
 
 
-def _elsewhere_note(g: pd.DataFrame, gen: str) -> str:
+def _elsewhere_note(t2: tables.Table2, gen: str) -> str:
     """The rows marked ‡: a trained part of the method learned from another generator than this block's (its
     figures measure a model fitted to that generator's replies, prompt included)."""
-    if "trained_elsewhere" not in g:
+    if not t2.elsewhere:
         return ""
-    other = g.dropna(subset=["trained_elsewhere"]).groupby("variant", sort=False).trained_elsewhere.unique()
-    if other.empty:
-        return ""
-    named = "; ".join(f"`{v}` through " + ", ".join(f"`{x}`" for x in gens) for v, gens in other.items())
+    named = "; ".join(f"`{v}` through {where}" for v, where in t2.elsewhere.items())
     return (
         f"\n{tables.ELSEWHERE} Trained through another generator than `{gen}`: {named} (the run's `method_info` "
         "names it, `trained_through`); retrained through this one, its figures may differ.\n"
@@ -292,7 +289,7 @@ def _table2_block(page: _Page, full: pd.DataFrame, profile: str, gen: str, basel
     ns = sorted(set(g.n.dropna().astype(int)))
     samples = ", ".join(sorted(set(g["sample"].fillna("first")))) if "sample" in g else "first"
     title = f"Table 2 layout (n = {', '.join(map(str, ns))}: each row's n below the table; sample: {samples})"
-    notes = _n_note(g) + _alias_note(g) + _elsewhere_note(g, gen) + _power_note(g, baseline)
+    notes = _n_note(g) + _alias_note(g) + _elsewhere_note(t2, gen) + _power_note(g, baseline)
     page.md.append(
         f"{page.h(2, f'Profile `{profile}`, generator `{gen}`')}\n\n{page.h(3, title)}\n\n"
         f"{tables.markdown(head, rows)}\n{notes}"
@@ -303,6 +300,11 @@ def _table2_block(page: _Page, full: pd.DataFrame, profile: str, gen: str, basel
     caption = (
         f"SubEM / F1 / CR, profile {profile}, generator {gen}; best in bold (oracles excluded); "
         f"† not significantly different from {baseline} (paired bootstrap, 95%)."
+        + (
+            f" ‡ trained through another generator: {'; '.join(f'{v} through {w}' for v, w in t2.elsewhere.items())}."
+            if t2.elsewhere
+            else ""
+        )
     )
     (out / f"table2_{slug}.tex").write_text(tables.latex(t2, caption), encoding="utf-8")
     page.written += [out / f"table2_{slug}.csv", out / f"table2_{slug}.tex"]

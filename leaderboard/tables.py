@@ -107,9 +107,22 @@ def table2(df: pd.DataFrame, profile: str, generator: str) -> Table2:
             best.loc[col.index[col == col.max()], c] = True
     named = g.dropna(subset=["aliases"]) if "aliases" in g else None
     aliases = {} if named is None else dict(zip(named.variant, named.aliases, strict=True))
-    other = g.dropna(subset=["trained_elsewhere"]) if "trained_elsewhere" in g else g.iloc[:0]
-    elsewhere = other.groupby("variant").trained_elsewhere.agg(lambda x: ", ".join(dict.fromkeys(x))).to_dict()
-    return Table2(values, best, nonsig, oracle, empty, aliases, elsewhere)
+    return Table2(values, best, nonsig, oracle, empty, aliases, elsewhere_of(g))
+
+
+def elsewhere_of(g: pd.DataFrame) -> dict[str, str]:
+    """Per variant with a part trained through another generator than its block's: those generators, each with the
+    datasets whose rows say so (``gen-old (NQ, TQA)``)."""
+    if "trained_elsewhere" not in g:
+        return {}
+    out = {}
+    for variant, rows in g.dropna(subset=["trained_elsewhere"]).groupby("variant", sort=False):
+        by_generator: dict[str, list[str]] = {}
+        for r in rows.itertuples():
+            for gen in r.trained_elsewhere.split(", "):
+                by_generator.setdefault(gen, []).append(label(r.dataset))
+        out[str(variant)] = "; ".join(f"{gen} ({', '.join(ds)})" for gen, ds in by_generator.items())
+    return out
 
 
 def _cell(
@@ -128,8 +141,8 @@ def _cell(
 
 
 def _name(variant: str, oracle: bool, alias: str | None = None, elsewhere: bool = False) -> str:
-    name = f"{variant} (= {alias})" if alias else variant
-    name += ELSEWHERE if elsewhere else ""
+    name = variant + (ELSEWHERE if elsewhere else "")
+    name = f"{name} (= {alias})" if alias else name
     return f"{name} (oracle)" if oracle else name
 
 

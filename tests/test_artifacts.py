@@ -203,13 +203,11 @@ def test_damaged_merged_weights_are_built_again_with_one_warning(tmp_path, monke
 
 
 def json_files(folder: Path) -> dict:
-    import json
-
     return json.loads((folder / "merged.json").read_text())["files"]
 
 
 def test_the_generator_an_artifact_was_trained_through_is_read_from_its_manifest(tmp_path, caplog):
-    """Both committed layouts (a CSM head's ``generator.name``, CompSelect's ``config.generator`` beside its stage
+    """Both committed layouts (a CSM head's ``generator.name``, CompSelect's ``config.generator.name`` beside its stage
     folders); a run on another generator gets one warning line, the same one none."""
     from types import SimpleNamespace
 

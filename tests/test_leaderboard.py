@@ -789,10 +789,13 @@ def test_a_row_trained_through_another_generator_is_marked(tmp_path):
     out = tmp_path / "out"
     md = (out / "leaderboard.md").read_text()
     assert "| bm25‡ |" in md and "| full |" in md
-    assert "‡ Trained through another generator than `gen-a`: `bm25` through `gen-old` (" in md
-    assert "bm25$^\\ddagger$" in (out / "table2_embedded_gen-a.tex").read_text()
+    assert "‡ Trained through another generator than `gen-a`: `bm25` through gen-old (NQ) (" in md
+    tex = (out / "table2_embedded_gen-a.tex").read_text()
+    assert (
+        "bm25$^\\ddagger$" in tex and "$^\\ddagger$ trained through another generator: bm25 through gen-old (NQ)" in tex
+    )
     t2 = pd.read_csv(out / "table2_embedded_gen-a.csv").set_index("variant")
-    assert t2.loc["bm25", "trained_through_other_generator"] == "gen-old"
+    assert t2.loc["bm25", "trained_through_other_generator"] == "gen-old (NQ)"
     assert t2.trained_through_other_generator.dropna().index.tolist() == ["bm25"]
     assert "bm25‡" in (out / "index.html").read_text()
 

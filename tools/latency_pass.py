@@ -149,7 +149,8 @@ def _summary(values: Sequence[float | None]) -> tuple[float | None, float | None
 
 
 def lm_entries(info: Any, role: str) -> list[dict[str, Any]]:
-    """Every LM in a ``describe()`` tree (a dict with ``engine`` and ``dtype``): its role, weights, engine, dtype."""
+    """Every LM in a ``describe()`` tree (a dict with ``engine`` and ``dtype``; its weights are its ``ref`` or its
+    ``model``'s): its role, weights, engine, dtype."""
     if isinstance(info, dict):
         if "engine" in info and "dtype" in info:
             model = info.get("model")

@@ -165,7 +165,6 @@ class CompSelect(Compressor):
         for name, path in adapters.items():
             if path:  # checked against its manifest before it loads (harness.artifacts)
                 check_artifact(path, REMAKE)
-                warn_if_trained_elsewhere(f"{self.name} {name}", path, env.generator, REMAKE)
             if path and not (Path(path) / "adapter_config.json").is_file():
                 raise ArtifactError(f"LoRA adapter {name!r} not found at {path}: train it with `{REMAKE}`")
             self.lms[name] = get_lm(
@@ -177,6 +176,9 @@ class CompSelect(Compressor):
                 batch_size=self.lm_batch_size,
                 trust_remote_code=self.trust_remote_code,
             )
+        trained = [p for p in adapters.values() if p]  # the committed stages share one manifest: one warning
+        if trained:
+            warn_if_trained_elsewhere(self.name, trained[0], env.generator, REMAKE)
         if self.reranker is not None and hasattr(self.reranker, "load"):
             self.reranker.load()
 
@@ -379,7 +381,8 @@ class CompSelect(Compressor):
         """The generator whose replies labelled the trained stages (their manifest), None for untuned ones."""
         from harness.artifacts import trained_through
 
-        return next((g for p in (self.extractor, self.truncator) if p and (g := trained_through(p))), None)
+        stages = (self.extractor, self.truncator if self.truncation == "adaptive" else None)
+        return next((g for p in stages if p and (g := trained_through(p))), None)
 
     def describe(self) -> dict[str, Any]:
         info: dict[str, Any] = {
