@@ -160,20 +160,20 @@ def model_ids(info: Any) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def trained_elsewhere(info: Any, generator: str) -> str | None:
-    """The generators other than ``generator`` that a trained part of the method was trained through (every
-    ``trained_through`` value in its ``describe()`` dict), comma-separated; None where all match or none is named."""
-    found: list[str] = []
+def _trained_through(info: Any) -> list[str]:
+    """Every ``trained_through`` value in a ``describe()`` tree, in order."""
     if isinstance(info, dict):
-        through = info.get("trained_through")
-        if isinstance(through, str) and through != generator:
-            found.append(through)
-        for k, v in info.items():
-            if k != "trained_through" and (got := trained_elsewhere(v, generator)):
-                found.extend(got.split(", "))
-    elif isinstance(info, list):
-        found = [x for v in info if (got := trained_elsewhere(v, generator)) for x in got.split(", ")]
-    return ", ".join(dict.fromkeys(found)) or None
+        own = [info["trained_through"]] if isinstance(info.get("trained_through"), str) else []
+        return own + [g for k, v in info.items() if k != "trained_through" for g in _trained_through(v)]
+    if isinstance(info, list):
+        return [g for v in info for g in _trained_through(v)]
+    return []
+
+
+def trained_elsewhere(info: Any, generator: str) -> str | None:
+    """The generators other than ``generator`` that a trained part of the method was trained through (the
+    ``trained_through`` values of its ``describe()`` dict), comma-separated; None where all match or none is named."""
+    return ", ".join(g for g in dict.fromkeys(_trained_through(info)) if g != generator) or None
 
 
 def _row(folder: Path, root: Path) -> dict[str, Any] | None:

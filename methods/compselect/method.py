@@ -159,9 +159,7 @@ class CompSelect(Compressor):
         from harness.artifacts import ArtifactError, check_artifact, warn_if_trained_elsewhere
         from harness.lm import get_lm
 
-        adapters: dict[str, str | None] = {"extractor": self.extractor}  # None: the un-tuned LM
-        if self.truncation == "adaptive":
-            adapters["truncator"] = self.truncator
+        adapters = self._stages()
         for name, path in adapters.items():
             if path:  # checked against its manifest before it loads (harness.artifacts)
                 check_artifact(path, REMAKE)
@@ -377,12 +375,18 @@ class CompSelect(Compressor):
             meta=meta,
         )
 
+    def _stages(self) -> dict[str, str | None]:
+        """The LM stages this configuration loads, each with its adapter (None: the un-tuned LM)."""
+        stages = {"extractor": self.extractor}
+        if self.truncation == "adaptive":
+            stages["truncator"] = self.truncator
+        return stages
+
     def _trained_through(self) -> str | None:
         """The generator whose replies labelled the trained stages (their manifest), None for untuned ones."""
         from harness.artifacts import trained_through
 
-        stages = (self.extractor, self.truncator if self.truncation == "adaptive" else None)
-        return next((g for p in stages if p and (g := trained_through(p))), None)
+        return next((g for p in self._stages().values() if p and (g := trained_through(p))), None)
 
     def describe(self) -> dict[str, Any]:
         info: dict[str, Any] = {
