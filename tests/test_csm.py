@@ -231,7 +231,7 @@ def test_eval_mode_reproduces_the_committed_heads_heldout_figures(tmp_path):
 
     conf = Path(__file__).resolve().parent.parent / "conf"
     with initialize_config_dir(str(conf), version_base="1.3"):
-        # the committed labels were made by the default (vLLM) generator: read from the cache, no model loads
+        # the committed labels were made by the default (vLLM) generator and prompt: read from the cache, no model loads
         head = WEIGHTS.with_name("csm_st_passage_hotpotqa")
         manifest = json.loads((head / "manifest.json").read_text())
         limit = manifest["config"]["limit"]  # the same train questions, hence the same held-back share
@@ -242,8 +242,6 @@ def test_eval_mode_reproduces_the_committed_heads_heldout_figures(tmp_path):
             overrides=[
                 "mode=eval",
                 "dataset=hotpotqa",
-                "generator.prompt=paper",  # the committed heads' labels were asked so
-                "generator.answer=paper",
                 f"limit={limit}",
                 "progress=false",
                 f"eval_out={tmp_path / 'e.json'}",
