@@ -19,6 +19,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
+from harness.lm.hardware import cpu_kind
 from harness.records import (
     PREDICTIONS,
     RUN,
@@ -176,6 +177,15 @@ def trained_elsewhere(info: Any, generator: str) -> str | None:
     return ", ".join(g for g in dict.fromkeys(_trained_through(info)) if g != generator) or None
 
 
+def machine(summary: dict[str, Any]) -> str | None:
+    """The CPU that made a run, as latency passes name it (``harness.lm.hardware.cpu_label``): the model name, plus
+    what it runs natively where the generator recorded its CPU flags; the bare model name for runs made before."""
+    cpu = (summary.get("hardware") or {}).get("cpu")
+    lm = (summary.get("generator_info") or {}).get("lm")
+    flags = (lm.get("hardware") or {}).get("cpu_flags") if isinstance(lm, dict) else None
+    return f"{cpu}, {cpu_kind(flags)}" if cpu and flags else cpu
+
+
 def _row(folder: Path, root: Path) -> dict[str, Any] | None:
     try:
         s = json.loads((folder / SUMMARY).read_text())
@@ -212,7 +222,7 @@ def _row(folder: Path, root: Path) -> dict[str, Any] | None:
         "method_info": json.dumps(minfo, sort_keys=True, default=str),
         "trained_elsewhere": trained_elsewhere(minfo, s["generator"]),
         "packages": json.dumps(s.get("packages") or {}, sort_keys=True),
-        "hardware": (s.get("hardware") or {}).get("cpu"),
+        "hardware": machine(s),
         "finished_at": s.get("finished_at"),
         "folder": str(folder.resolve()),
         "relpath": str(folder.resolve().relative_to(root.resolve()))

@@ -169,6 +169,7 @@ def _latency_md(lat: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
         "total vs full s",
         "batched s (batch)",
         "accuracy pass timed at",
+        "cpu",
     ]
     rows = [
         [
@@ -188,6 +189,7 @@ def _latency_md(lat: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
                 else _why_no_throughput(r.timed_at)
             ),
             r.timed_at if isinstance(r.timed_at, str) else "-",
+            r.cpu if isinstance(r.cpu, str) else "?",
         ]
         for r in lat.itertuples()
     ]
@@ -427,6 +429,14 @@ def _pass_block(page: _Page, all_passes: pd.DataFrame, profile: str, gen: str, b
     page.md.append(text)
 
 
+def _machines_note(block: pd.DataFrame) -> str:
+    """Where a block's rows were timed on more than one CPU: which, since its seconds then mix machines."""
+    cpus = sorted({c if isinstance(c, str) else "?" for c in block.cpu})
+    if len(cpus) < 2:
+        return ""
+    return f" (its rows were timed on {len(cpus)} CPUs, {'; '.join(cpus)}: a sum over machines, not one machine's cost)"
+
+
 def _latency_block(page: _Page, lat: pd.DataFrame, profile: str, gen: str, baseline: str) -> None:
     """Latency and break-even (batch-1), throughput (batched), and the block's cost."""
     block = lat[(lat.profile == profile) & (lat.generator == gen)]
@@ -442,11 +452,14 @@ def _latency_block(page: _Page, lat: pd.DataFrame, profile: str, gen: str, basel
         "model at the same thread count (below 1 the compression pays for itself; `-` without such a run). "
         "*Batched s*: compression + generation seconds per example in the accuracy pass at the batch size shown "
         "(throughput), `mixed` where its records were timed at more than one batch size or thread count (*timed "
-        "at*: records per batch size b and thread count t; `?` = made before these were kept).\n\n"
+        "at*: records per batch size b and thread count t; `?` = made before these were kept). *cpu*: the machine "
+        "that made the run (what it runs natively, where the run recorded it); seconds of rows on different "
+        "CPUs are not compared.\n\n"
         f"{tables.markdown(lh, lr)}\n\n"
         f"Cost of the block: the sum over its {summed} variants with a batched figure of their batched s per "
         f"question (mean over datasets) is **{cost:.2f} s**"
         + (f"; without one: {', '.join(f'`{v}`' for v in missing)}" if missing else "")
+        + _machines_note(block)
         + ".\n"
     )
     page.html("Latency and break-even", html.frame_html(pd.DataFrame(lr, columns=lh)))

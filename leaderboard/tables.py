@@ -312,6 +312,7 @@ def latency(df: pd.DataFrame, baseline: str = "full") -> pd.DataFrame:
                 "total_vs_full_s": tot - btot if tot is not None and btot is not None else None,
                 "batched_at": getattr(r, "batched_at", None),
                 "batched_s": bc + bg if bc is not None and bg is not None else None,
+                "cpu": getattr(r, "hardware", None),
             }
         )
     return pd.DataFrame(rows)

@@ -981,3 +981,22 @@ def test_per_run_break_even_needs_full_timed_on_the_same_cpu(tmp_path):
     lat = tables.latency(collect(tmp_path)).set_index("variant")
     assert pd.isna(lat.loc["bm25", "break_even"]) and pd.isna(lat.loc["bm25", "total_vs_full_s"])
     assert lat.loc["bm25", "total_s"] == pytest.approx(0.25)  # its own seconds are kept
+
+
+def test_per_run_latency_names_each_rows_cpu_and_a_bf16_kind_apart(tmp_path):
+    """The same CPU model with and without native bf16 is two machines: no break-even across them, each row says
+    its cpu, and the block's cost says it sums over machines."""
+    grid(tmp_path, n=10, datasets=("nq",))
+    for variant, flags in (("full", ["avx2", "avx512_bf16"]), ("bm25", ["avx2"])):
+        folder = tmp_path / "embedded" / "gen-a" / "nq" / variant
+        s = json.loads((folder / "summary.json").read_text())
+        s["hardware"] = {"cpu": "AMD EPYC"}
+        s["generator_info"] = {**(s.get("generator_info") or {}), "lm": {"hardware": {"cpu_flags": flags}}}
+        (folder / "summary.json").write_text(json.dumps(s))
+    lat = tables.latency(collect(tmp_path)).set_index("variant")
+    assert lat.loc["full", "cpu"] == "AMD EPYC, native bf16 (avx512_bf16)"
+    assert lat.loc["bm25", "cpu"] == "AMD EPYC, AVX2 only" and pd.isna(lat.loc["bm25", "break_even"])
+    publish(tmp_path, tmp_path / "out", resamples=50)
+    md = (tmp_path / "out" / "leaderboard.md").read_text()
+    assert "| AMD EPYC, AVX2 only |" in md and "| AMD EPYC, native bf16 (avx512_bf16) |" in md
+    assert "not one machine's cost" in md

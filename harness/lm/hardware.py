@@ -7,6 +7,7 @@ emulates it and it is about 10x slower than fp32, so ``dtype: auto`` picks fp32 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from functools import cache
 
 NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
@@ -72,12 +73,14 @@ def cpu_label() -> str:
     on the other kind shows whether the fp32 predictions hold across CPU kinds: ``tools.regress``)."""
     from harness.provenance import hardware
 
-    hw = describe()
-    flags = set(hw["cpu_flags"])  # type: ignore[arg-type]
-    if hw["native_bf16"]:
-        kind = f"native bf16 ({', '.join(sorted(flags & set(NATIVE_BF16_FLAGS)))})"
-    elif "avx512f" in flags:
-        kind = "AVX-512, no native bf16"
-    else:
-        kind = "AVX2 only" if "avx2" in flags else "no AVX2"
-    return f"{hardware().get('cpu')}, {kind}"
+    return f"{hardware().get('cpu')}, {cpu_kind(describe()['cpu_flags'])}"  # type: ignore[arg-type]
+
+
+def cpu_kind(flags: Iterable[str]) -> str:
+    """What a CPU with these flags runs natively (``describe()['cpu_flags']``, as runs record them)."""
+    flags = set(flags)
+    if native := sorted(flags & set(NATIVE_BF16_FLAGS)):
+        return f"native bf16 ({', '.join(native)})"
+    if "avx512f" in flags:
+        return "AVX-512, no native bf16"
+    return "AVX2 only" if "avx2" in flags else "no AVX2"
