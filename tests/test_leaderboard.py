@@ -1000,3 +1000,13 @@ def test_per_run_latency_names_each_rows_cpu_and_a_bf16_kind_apart(tmp_path):
     md = (tmp_path / "out" / "leaderboard.md").read_text()
     assert "| AMD EPYC, AVX2 only |" in md and "| AMD EPYC, native bf16 (avx512_bf16) |" in md
     assert "not one machine's cost" in md
+
+
+def test_the_table2_rows_lead_the_table_in_the_papers_order():
+    """The rows `scripts/snapshot.sh table2` runs at full n come first (FineFilter right after CompSelect), the
+    other variants after them."""
+    script = (REPO_ROOT / "scripts" / "snapshot.sh").read_text()
+    table2 = re.search(r"TABLE2=\(\n(.*?)\n\)", script, re.S).group(1).split()
+    order = reference.variant_order(["edc2", "csm", "bm25_sentences_top1", *reversed(table2)])
+    assert set(order[: len(table2)]) == set(table2) and order[len(table2) :] == ["bm25_sentences_top1", "csm", "edc2"]
+    assert order.index("finefilter") == order.index("compselect") + 1
