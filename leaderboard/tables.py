@@ -271,8 +271,8 @@ def uncertainty(df: pd.DataFrame) -> pd.DataFrame:
 
 def latency(df: pd.DataFrame, baseline: str = "full") -> pd.DataFrame:
     """Per run: batch-1 compression, online and total latency and the break-even against ``baseline`` (only
-    against a baseline timed under the same protocol and thread count on the same CPU model, ``hardware``), and
-    batched throughput apart."""
+    against a baseline timed under the same protocol and thread count on the same CPU, ``hardware``: model and
+    bf16 kind), batched throughput apart, and the run's ``cpu``."""
     cpu = df["hardware"] if "hardware" in df else pd.Series(None, index=df.index, dtype=object)
     rows = []
     for r in df.itertuples():
