@@ -43,7 +43,7 @@ def parser() -> argparse.ArgumentParser:
     k.add_argument("a", help="variant A")
     k.add_argument("b", help="variant B")
     k.add_argument("--dataset", required=True, help="nq | triviaqa | hotpotqa")
-    k.add_argument("--generator", help="the generator block, where several hold both variants")
+    k.add_argument("--generator", help="the generator block (default: of those holding both, the newest run's)")
     k.add_argument("--no-contexts", action="store_true", help="leave the kept contexts out")
     return ap
 

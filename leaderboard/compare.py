@@ -1,7 +1,8 @@
 """Two rows of the leaderboard, question by question: the paired test's data made visible.
 
 ``python -m leaderboard compare RUNS A B --dataset D`` finds the runs of variants ``A`` and ``B`` on dataset ``D``
-under ``RUNS`` (the same profile and generator block; ``--generator`` picks one where several hold both), pairs
+under ``RUNS`` (one profile and generator block: where several hold both, the block of the newest run, as
+``publish`` heads the page, unless ``--generator`` picks another), pairs
 their records on the example ids they share, and prints the wins, losses and ties of A against B on SubEM with
 the paired bootstrap difference, then every question where their SubEM differs: the question, the gold answers,
 both answers with their CR and echo flag, and each kept context where the run folder holds it (archived runs
@@ -21,6 +22,7 @@ from harness.metrics import compression_ratio
 from harness.records import echoed
 from harness.stats import paired_bootstrap
 from leaderboard.collect import collect, read_records
+from leaderboard.headline import newest_block
 
 WIDTH = 116
 
@@ -39,6 +41,7 @@ class Comparison:
     block: tuple[str, str]
     folders: tuple[str, str]
     pairs: list[tuple[dict, dict]]
+    others: tuple[str, ...] = ()  # the other generators holding both rows (the newest block was taken)
 
     @property
     def wins(self) -> int:
@@ -65,17 +68,16 @@ def _row(runs: pd.DataFrame, variant: str) -> pd.Series:
 
 def compare(root: str | Path, a: str, b: str, dataset: str, generator: str | None = None) -> Comparison:
     """Pair the records of variants ``a`` and ``b`` on ``dataset`` (see the module docstring)."""
-    runs = collect(root)
-    runs = runs[runs.dataset == dataset]
+    every = collect(root)
+    runs = every[every.dataset == dataset]
     if generator is not None:
         runs = runs[runs.generator == generator]
     blocks = [k for k, g in runs.groupby(["profile", "generator"]) if {a, b} <= set(g.variant)]
     if not blocks:
         raise CompareError(f"no profile/generator block under {root} holds both {a!r} and {b!r} on {dataset!r}")
-    if len(blocks) > 1:
-        names = ", ".join(g for _, g in blocks)
-        raise CompareError(f"several generators hold both {a!r} and {b!r} on {dataset!r} ({names}): pick --generator")
-    block = blocks[0]
+    held = every.set_index(["profile", "generator"]).index.isin(blocks)
+    block = newest_block(every[held]) if len(blocks) > 1 else blocks[0]
+    others = tuple(k[1] for k in blocks if k != block)
     runs = runs[(runs.profile == block[0]) & (runs.generator == block[1])]
     ra, rb = _row(runs, a), _row(runs, b)
     recs_a = read_records(ra.folder, None if pd.isna(ra.n) else int(ra.n))
@@ -83,7 +85,7 @@ def compare(root: str | Path, a: str, b: str, dataset: str, generator: str | Non
     pairs = [(r, recs_b[r["id"]]) for r in recs_a if r["id"] in recs_b]
     if not pairs:
         raise CompareError(f"{a!r} and {b!r} share no question on {dataset!r}")
-    return Comparison(a, b, dataset, block, (ra.folder, rb.folder), pairs)
+    return Comparison(a, b, dataset, block, (ra.folder, rb.folder), pairs, others)
 
 
 def _cr(record: dict) -> str:
@@ -108,6 +110,8 @@ def report(c: Comparison, contexts: bool = True) -> Iterator[str]:
     """The printed comparison, line by line."""
     t = paired_bootstrap([a["subem"] for a, _ in c.pairs], [b["subem"] for _, b in c.pairs])
     yield f"{c.a} vs {c.b} on {c.dataset} ({c.block[0]} / {c.block[1]}), {len(c.pairs)} shared questions"
+    if c.others:
+        yield f"  (the block of the newest run; also held by {', '.join(c.others)}: --generator picks one)"
     yield f"  A: {c.folders[0]}"
     yield f"  B: {c.folders[1]}"
     yield (

@@ -702,6 +702,7 @@ def test_compare_prints_wins_losses_ties_and_the_differing_questions_of_two_publ
     is printed with its golds, both answers, CRs and echo flags."""
     from leaderboard.__main__ import main
     from leaderboard.compare import compare
+    from leaderboard.headline import newest_block
 
     runs = REPO_ROOT / "leaderboard" / "runs"
     c = compare(runs, "compselect", "bm25", "nq", generator="smollm2-135m-instruct-vllm")
@@ -715,11 +716,34 @@ def test_compare_prints_wins_losses_ties_and_the_differing_questions_of_two_publ
     assert main(args) == 0
     out = capsys.readouterr().out
     assert f"SubEM: {c.wins} wins, {c.losses} losses, {c.ties} ties for compselect" in out
+    # without --generator: the headline block (the newest run's), saying which others hold both rows
+    assert main(args[:6]) == 0
+    every = collect(runs)
+    nq = every[every.dataset == "nq"].groupby("generator").variant.agg(set)
+    holders = sum({"compselect", "bm25"} <= v for v in nq)
+    headline = newest_block(every)
+    bare = capsys.readouterr().out
+    assert bare.startswith(f"compselect vs bm25 on nq ({headline[0]} / {headline[1]}), ") and " wins, " in bare
+    assert ("--generator picks one" in bare) == (holders > 1)
     first_a, _ = c.differing()[0]
     assert f"[1] {first_a['id']}" in out and first_a["question"] in out and "gold:" in out
     assert out.count("A SubEM") == out.count("B SubEM") == len(c.differing()) and "ECHO" in out
     assert main(["compare", str(runs), "compselect", "nope", "--dataset", "nq"]) == 2
     assert "no profile/generator block" in capsys.readouterr().err
+
+
+def test_compare_takes_the_newest_block_where_several_hold_both_rows(tmp_path):
+    from leaderboard.compare import compare, report
+
+    grid(tmp_path, n=10, datasets=("nq",))  # gen-a, finished 2026-11-20
+    right = [("Paris", ["Paris"])] * 10
+    write_run(tmp_path, "full", "nq", right, generator="gen-b", finished="2026-11-25T10:00:00+0000")
+    write_run(tmp_path, "bm25", "nq", right[:4] + [("x", ["Paris"])] * 6, generator="gen-b")
+    c = compare(tmp_path, "full", "bm25", "nq")
+    assert c.block == ("embedded", "gen-b") and c.others == ("gen-a",) and (c.wins, c.losses) == (6, 0)
+    assert "also held by gen-a: --generator picks one" in "\n".join(report(c))
+    older = compare(tmp_path, "full", "bm25", "nq", generator="gen-a")
+    assert older.block == ("embedded", "gen-a") and older.others == () and (older.wins, older.losses) == (3, 0)
 
 
 # ------------------------------------------------------------------------------------------ one headline
