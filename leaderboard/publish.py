@@ -336,7 +336,7 @@ def _diagnostics_block(page: _Page, g: pd.DataFrame) -> None:
             f"{page.h(3, 'Method diagnostics')}\n\nWhat a method reports per example, averaged over the examples "
             "that report it (CompSelect: the cascading errors of its Table 6 on the examples whose passages hold "
             "a gold answer; EDC2: LLM calls and fallbacks per question).\n\n"
-            + "\n".join(tables.markdown(h, r) for h, r in diag)
+            + "\n\n".join(tables.markdown(h, r) for h, r in diag)  # a blank line ends a Markdown table
             + "\n"
         )
         for h, r in diag:

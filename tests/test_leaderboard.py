@@ -411,7 +411,7 @@ def test_diagnostics_tables_show_each_methods_averaged_flags_in_pipeline_order(t
         "hit2_at1": {"mean": 1 / 3, "n": 3},
     }
     (folder / "summary.json").write_text(json.dumps(s))
-    write_run(tmp_path, "full", "nq", [("Paris", ["Paris"])] * 4)
+    write_run(tmp_path, "full", "nq", [("London", ["Paris"])] * 4)  # (the same answers would make an alias)
     [(head, rows)] = tables.diagnostics(collect(tmp_path))
     assert head == [
         "Method",
@@ -422,6 +422,15 @@ def test_diagnostics_tables_show_each_methods_averaged_flags_in_pipeline_order(t
         "Recall-3 % (n)",
     ]
     assert rows == [["compselect", "NQ", "75.00 (4)", "66.67 (3)", "33.33 (3)", "0.00 (3)"]]
+    # a second method's keys make a second table, which the Markdown page keeps apart (a blank line between)
+    edc2 = write_run(tmp_path, "edc2", "nq", [("Lyon", ["Paris"])] * 4)  # not the same answers as full's
+    s = json.loads((edc2 / "summary.json").read_text())
+    (edc2 / "summary.json").write_text(json.dumps({**s, "diagnostics": {"llm_calls": {"mean": 2.0, "n": 4}}}))
+    assert len(tables.diagnostics(collect(tmp_path))) == 2
+    publish(tmp_path, tmp_path / "out", resamples=20)
+    md = (tmp_path / "out" / "leaderboard.md").read_text()
+    second = md.index("| Method | Dataset | LLM calls (n) |")
+    assert md[second - 2 : second] == "\n\n"
 
 
 def test_latency_table_says_how_each_row_was_timed(tmp_path):
