@@ -36,6 +36,11 @@ def parser() -> argparse.ArgumentParser:
     r = sub.add_parser("archive", help="copy the newest run of each key, slimmed, into a folder kept in git")
     r.add_argument("results", nargs="+", help="results roots")
     r.add_argument("dest", help="archive folder (leaderboard/runs)")
+    r.add_argument(
+        "--shards",
+        action="store_true",
+        help="archive the finished shards of runs not merged yet instead (into leaderboard/pending/shards)",
+    )
     c = sub.add_parser("collect", help="print the collected table")
     c.add_argument("results")
     k = sub.add_parser("compare", help="two variants question by question: wins, losses, ties and the differences")
@@ -64,9 +69,9 @@ def main(argv: list[str] | None = None) -> int:
 
         lines = map(str, publish(a.results, a.out, a.resamples, a.seed, a.baseline, a.min_n, a.headline))
     elif a.cmd == "archive":
-        from leaderboard.archive import archive
+        from leaderboard.archive import archive, archive_shards
 
-        lines = map(str, archive(a.results, a.dest))
+        lines = map(str, (archive_shards if a.shards else archive)(a.results, a.dest))
     else:
         from leaderboard.collect import collect
 

@@ -8,7 +8,9 @@ a hash of the context: no passage text) and the generator's raw reply (a run can
 rule, ``harness.metrics.ANSWER_RULES``, without running it again). A run already archived under the same key is
 replaced only by a newer one, so runs of several sessions accumulate;
 ``python -m leaderboard publish leaderboard/runs leaderboard/snapshot`` then rebuilds every table, plot and the
-page from the repository alone. Nothing here loads a model.
+page from the repository alone. ``archive --shards <results> leaderboard/pending/shards`` keeps the finished
+shards of runs not merged yet the same way (``archive_shards``), so a cell too long for one session goes on
+elsewhere. Nothing here loads a model.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.records import slim_record
+from harness.records import LATENCY, SHARD_SUMMARY, SHARDS, read_jsonl, slim_record
 from leaderboard.collect import KEY, PREDICTIONS, RUN, SUMMARY, collect, read_records
 
 KEEP = (
@@ -44,6 +46,9 @@ KEEP = (
 )
 
 
+SUMMARY_META = ("diagnostics", "truncated")  # the record's ``meta`` that ``harness.records.summarize`` averages
+
+
 def _clear(folder: Path) -> None:
     """Remove an archived run's files only: a run without overrides lives in the folder its variants nest in."""
     for name in (SUMMARY, RUN, PREDICTIONS, ".hydra/hydra.yaml"):
@@ -62,13 +67,18 @@ def _write_run(row: pd.Series, dest: Path) -> None:
     n = None if pd.isna(row.n) else int(row.n)
     # the records the summary was computed from, as written (not through pandas, which turns a column with
     # gaps into floats and fills the gaps with NaN)
-    with (dest / PREDICTIONS).open("w", encoding="utf-8") as f:
-        for rec in read_records(src, n):
+    _write_records(read_records(src, n), dest / PREDICTIONS)
+
+
+def _write_records(records: Iterable[dict], path: Path) -> None:
+    """``records`` slimmed (``KEEP``, the context's hash instead of its text) into ``path``."""
+    with path.open("w", encoding="utf-8") as f:
+        for rec in records:
             slim = slim_record(rec, KEEP)
-            meta = rec.get("meta")
-            diagnostics = meta.get("diagnostics") if isinstance(meta, dict) else None
-            if diagnostics:  # kept so the summary of a run resumed from the archive still averages them
-                slim["meta"] = {"diagnostics": diagnostics}
+            meta = rec.get("meta") if isinstance(rec.get("meta"), dict) else {}
+            # what a summary recomputed from these records reads (a run resumed from the archive, merged shards)
+            if kept := {k: meta[k] for k in SUMMARY_META if meta.get(k)}:
+                slim["meta"] = kept
             f.write(json.dumps(slim, ensure_ascii=False) + "\n")
 
 
@@ -90,4 +100,30 @@ def archive(results: str | Path | Iterable[str | Path], dest: str | Path) -> lis
         target = dest / row.relpath
         _write_run(row, target)
         written.append(target)
+    return written
+
+
+def archive_shards(results: str | Path | Iterable[str | Path], dest: str | Path) -> list[Path]:
+    """The finished shards (``shards/i-of-n/`` holding ``shard.json``, ``harness.shards``) under ``results`` whose
+    run folder is not merged yet, into ``dest`` at the same relative paths: ``shard.json``, ``run.json``,
+    ``latency.jsonl``, ``.hydra/`` and the records slimmed as a run's are. A cell too long for one session goes on
+    from them elsewhere: copy the folders under a results root, run the missing shards, and the last one merges
+    the set. A shard already there is replaced. Returns the folders written."""
+    dest, written = Path(dest), []
+    for root in [results] if isinstance(results, (str, Path)) else results:
+        root = Path(root)
+        for done in sorted(root.rglob(f"{SHARDS}/*/{SHARD_SUMMARY}")):
+            src = done.parent
+            if (src.parent.parent / SUMMARY).is_file():
+                continue  # merged: archive the run instead
+            target = dest / src.relative_to(root)
+            shutil.rmtree(target, ignore_errors=True)
+            target.mkdir(parents=True)
+            for name in (SHARD_SUMMARY, RUN, LATENCY):
+                if (src / name).is_file():
+                    shutil.copy2(src / name, target / name)
+            if (src / ".hydra").is_dir():
+                shutil.copytree(src / ".hydra", target / ".hydra")
+            _write_records(read_jsonl(src / PREDICTIONS), target / PREDICTIONS)
+            written.append(target)
     return written

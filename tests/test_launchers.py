@@ -101,6 +101,7 @@ def test_submitit_slurm_is_a_launcher_choice():
 
 def test_two_shards_merge_into_the_unsharded_runs_records_and_summary(tmp_path):
     from harness.api import evaluate
+    from leaderboard.archive import archive_shards
     from leaderboard.collect import collect
 
     # fp32: bf16 answers on this CPU depend on batch composition (a shard batches other questions together)
@@ -109,13 +110,21 @@ def test_two_shards_merge_into_the_unsharded_runs_records_and_summary(tmp_path):
     run_folder = first.folder.parent.parent
     assert first.folder == run_folder / "shards" / "0-of-2" and len(first.records) == 2
     assert first.summary["merged_into"] is None and not (run_folder / "summary.json").exists()
+    # carried to another machine without passage text (leaderboard archive --shards), the shard still merges there
+    [carried] = archive_shards(tmp_path / "sharded", tmp_path / "carry")
+    assert carried == tmp_path / "carry" / first.folder.relative_to(tmp_path / "sharded")
+    assert all("context" not in r and r["context_sha1"] for r in read_jsonl(carried / "predictions.jsonl"))
+    elsewhere = evaluate("bm25", "nq", results_dir=str(tmp_path / "carry"), shard="1/2", **common)
+    assert elsewhere.summary["merged_into"] == str(tmp_path / "carry" / run_folder.relative_to(tmp_path / "sharded"))
     second = evaluate("bm25", "nq", results_dir=str(tmp_path / "sharded"), shard="1/2", **common)
     assert second.summary["merged_into"] == str(run_folder)  # the last shard merged the set
+    assert archive_shards(tmp_path / "sharded", tmp_path / "carry2") == []  # merged: archive the run instead
     single = evaluate("bm25", "nq", results_dir=str(tmp_path / "single"), **common)
+    carried_summary = json.loads((carried.parent.parent / "summary.json").read_text())
 
     merged = json.loads((run_folder / "summary.json").read_text())
     for k in METRICS:
-        assert merged[k] == single.summary[k], k
+        assert merged[k] == single.summary[k] == carried_summary[k], k
     assert merged["shards"]["count"] == 2 and merged["config"]["shard"] is None
     ours, theirs = read_jsonl(run_folder / "predictions.jsonl"), read_jsonl(single.folder / "predictions.jsonl")
     assert [{k: r[k] for k in PER_EXAMPLE} for r in ours] == [{k: r[k] for k in PER_EXAMPLE} for r in theirs]

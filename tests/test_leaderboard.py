@@ -322,6 +322,17 @@ def test_archive_keeps_slim_runs_that_publish_the_same_figures_and_accumulates_n
     assert after[cols].equals(before[cols]) and after.recomputed.all()
     assert after[["subem_lo", "d_f1", "p_subem"]].equals(before[["subem_lo", "d_f1", "p_subem"]])
     assert "bm25[method.top_k=2]" in set(after.variant)
+    # what a summary recomputed from archived records reads (a resumed run, merged shards) survives the slimming
+    f = tmp_path / "res" / "embedded" / "gen-a" / "nq" / "full" / "predictions.jsonl"
+    recs = [json.loads(x) for x in f.read_text().splitlines()]
+    recs[0]["meta"] = {"truncated": {"generator": {"context": 40}}, "diagnostics": {"recall1": 1.0}, "ci": [0.1]}
+    f.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    s = json.loads((f.parent / "summary.json").read_text())
+    (f.parent / "summary.json").write_text(json.dumps({**s, "finished_at": "2026-11-21T10:00:00+0000"}))
+    archive(tmp_path / "res", tmp_path / "runs")
+    slim = read_records(tmp_path / "runs" / "embedded" / "gen-a" / "nq" / "full")
+    assert summarize(slim)["truncated"] == summarize(recs)["truncated"] == {"generator": {"examples": 1, "context": 40}}
+    assert slim[0]["meta"] == {"truncated": {"generator": {"context": 40}}, "diagnostics": {"recall1": 1.0}}
     # a later session: a newer bm25 run replaces the archived one, an older full run does not
     write_run(tmp_path / "s2", "bm25", "nq", [("Paris", ["Paris"])] * 4, finished="2026-11-23T10:00:00+0000")
     write_run(tmp_path / "s2", "full", "nq", [("x", ["Paris"])] * 4, finished="2026-11-01T10:00:00+0000")
