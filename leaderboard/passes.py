@@ -22,6 +22,7 @@ from harness.records import read_jsonl
 
 PATTERN = "latency-pass-*.jsonl"
 SAME = ("profile", "generator", "dataset", "pass_id", "cpu", "threads")  # what a row and its full row share
+ORDER = ("nq", "triviaqa", "hotpotqa")  # the papers' dataset order, for the side-by-side rows
 COMPARED = ("online_vs_full_ratio", "total_vs_full_ratio", "generation_saved_s", "break_even", "pays_off")
 
 
@@ -87,7 +88,15 @@ def block_passes(passes: pd.DataFrame, profile: str, generator: str) -> tuple[pd
     timed = g[g.compared].sort_values("finished_at")
     newest = timed.groupby("dataset").pass_id.last()
     head = g[g.compared & (g.pass_id == g.dataset.map(newest))]
-    return head, g.drop(head.index)
+    return _in_dataset_order(head), g.drop(head.index)
+
+
+def _in_dataset_order(rows: pd.DataFrame) -> pd.DataFrame:
+    """``rows`` by dataset (NQ, TriviaQA, HotpotQA, then any other by name), whatever their files are called;
+    within a dataset, in their pass's order."""
+    rank = {d: i for i, d in enumerate(ORDER)}
+    key = rows.dataset.map(lambda d: (rank.get(d, len(ORDER)), "" if d in rank else d))
+    return rows.iloc[sorted(range(len(rows)), key=lambda i: key.iloc[i])]
 
 
 def dtypes(lms: Any) -> str:

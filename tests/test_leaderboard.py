@@ -979,8 +979,14 @@ def test_each_dataset_heads_with_its_own_newest_pass(tmp_path):
         tmp_path / "latency" / "latency-pass-0.jsonl",
         [pass_row("full", [9.0, 9.0], **old_nq), pass_row("bm25", [1.0, 1.0], **old_nq)],
     )
+    hqa = {"dataset": "hotpotqa", "pass_id": "p3", "finished_at": "2026-11-30T10:00:00+0000"}
+    write_pass(  # its file name sorts first; its rows still come after NQ's and TriviaQA's
+        tmp_path / "latency" / "latency-pass-00-hotpotqa.jsonl",
+        [pass_row("full", [2.0, 2.0], **hqa), pass_row("bm25", [1.0, 1.0], **hqa)],
+    )
     head, apart = passes.block_passes(passes.compare(passes.read_passes(tmp_path)), "embedded", "gen-a")
-    assert set(zip(head.dataset, head.pass_id, strict=True)) == {("nq", "p1"), ("triviaqa", "p2")}
+    assert list(dict.fromkeys(head.dataset)) == ["nq", "triviaqa", "hotpotqa"]
+    assert set(zip(head.dataset, head.pass_id, strict=True)) == {("nq", "p1"), ("triviaqa", "p2"), ("hotpotqa", "p3")}
     assert head.set_index(["dataset", "variant"]).loc[("triviaqa", "bm25"), "online_vs_full_ratio"] == 0.5
     assert set(apart.pass_id) == {"p0"}
 

@@ -67,34 +67,45 @@ def test_default_generator_is_vllm_and_records_its_engine_settings(tmp_path):
     assert not any("replayed" in r for r in lat) and all(r["generate_s"] > 0 for r in lat)
 
 
-# A published row of the vLLM paper-prompt block, made on an Intel Xeon (AMX, native bf16) in fp32.
-PUBLISHED = REPO / "leaderboard/runs/embedded/smollm2-135m-instruct-vllm/nq/full/dataset.sample=shuffled,dataset.seed=0"
+# Two published `full` NQ rows, both fp32: the paper-prompt block's, made on an Intel Xeon (AMX, native bf16) before
+# prompt-lookup decoding; and the headline block's (embedded prompt, prompt-lookup decoding on), made on an AMD EPYC.
+RUNS = REPO / "leaderboard/runs/embedded"
+ROW = "nq/full/dataset.sample=shuffled,dataset.seed=0"
+PUBLISHED = {
+    "paper-prompt-xeon": (
+        RUNS / "smollm2-135m-instruct-vllm" / ROW,
+        ["generator.prompt=paper", "generator.answer=paper", "generator.speculative=null"],
+    ),
+    "embedded-prompt-epyc": (RUNS / "smollm2-135m-instruct-vllm-documents_first-unlabelled" / ROW, []),
+}
 
 
-@pytest.mark.skipif(not (PUBLISHED / "predictions.jsonl").is_file(), reason="the published row is not in the tree")
-def test_a_published_row_reruns_to_its_archived_predictions_on_this_cpu(tmp_path):
-    """Issue 50's "same predictions on the other CPU kind": the archived `full` NQ row (fp32 generator, made before
-    prompt-lookup decoding, so none here either) re-run on its first 8 questions, call cache off, gives the
-    archived answers token for token, whichever CPU kind runs the test (measured 2026-11-30: 40 of 40 on an AMD
-    EPYC with avx512_bf16; the regression gate's 450 predictions, written on an AVX2-only EPYC, unchanged there)."""
+@pytest.mark.parametrize("row", list(PUBLISHED))
+def test_a_published_row_reruns_to_its_archived_predictions_on_this_cpu(tmp_path, row):
+    """Issue 50's "same predictions on the other CPU kind": an archived `full` NQ row (fp32 generator) re-run on
+    its first 8 questions with its own prompt and decoding, call cache off, gives the archived answers token for
+    token, whichever CPU kind runs the test. Measured: the Xeon row 40 of 40 on an AMD EPYC with avx512_bf16
+    (2026-11-30); the EPYC row 200 of 200 on an Intel Xeon with AMX (2026-12-01)."""
     pytest.importorskip("vllm")
     from harness.lm import hardware
 
-    archived = json.loads((PUBLISHED / "summary.json").read_text())
-    assert archived["generator_info"]["dtype"] == "float32" and "Xeon" in archived["hardware"]["cpu"]
+    published, overrides = PUBLISHED[row]
+    if not (published / "predictions.jsonl").is_file():
+        pytest.skip(f"{published} is not in the tree")
+    archived = json.loads((published / "summary.json").read_text())
+    assert archived["generator_info"]["dtype"] == "float32"
     run = subprocess.run(
         [sys.executable, "-m", "harness", "method=full", "dataset=nq", "dataset.sample=shuffled", "dataset.seed=0",
-         "limit=8", "generator.prompt=paper", "generator.answer=paper", "generator.speculative=null",
-         "lm.cache=false", "latency.samples=0",
+         "limit=8", *overrides, "lm.cache=false", "latency.samples=0",
          "progress=false", f"results_dir={tmp_path}"],
         cwd=REPO, capture_output=True, text=True, timeout=900, env={**os.environ, "HF_HUB_OFFLINE": "1"},
     )  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
     [folder] = [p.parent for p in tmp_path.rglob("summary.json")]
-    assert folder.relative_to(tmp_path).parts[1] == "smollm2-135m-instruct-vllm"  # the same generator key
+    assert folder.relative_to(tmp_path).parts[1] == published.parts[-4]  # the same generator key
     now = {r["id"]: r for r in map(json.loads, (folder / "predictions.jsonl").read_text().splitlines())}
-    then = {r["id"]: r for r in map(json.loads, (PUBLISHED / "predictions.jsonl").read_text().splitlines())}
-    assert list(now) == list(then)[:8]  # its first 8 questions, in order; the archived row ran without speculation
+    then = {r["id"]: r for r in map(json.loads, (published / "predictions.jsonl").read_text().splitlines())}
+    assert list(now) == list(then)[:8]  # its first 8 questions, in order
     changed = [
         i
         for i in now
