@@ -1,8 +1,10 @@
 """The page's two-row comparison: ``python -m leaderboard compare`` in the browser, for any two rows of a block.
 
 The rows' records (the scored examples each summary was computed from) are embedded once as JSON: per dataset,
-the question ids, every question's text and gold answers, and per variant an array aligned with the ids (null
-where the row lacks the question) of its SubEM, CR, echo flag and answer (cut to ``ANSWER_CHARS``). Two selects
+the question ids, every question's text and gold answers, the distinct answers (cut to ``ANSWER_CHARS``), and per
+variant an array aligned with the ids (null where the row lacks the question) of its SubEM, CR, echo flag and the
+index of its answer: rows that answer alike (the same context often gives the same answer) share one string, which
+keeps a block with every test question under the size a page should have. Two selects
 pick rows A and B of one dataset; the page pairs them on their shared questions and shows A's wins, losses and
 ties on SubEM, the difference in points, and every question where they differ: the question, the golds, both
 answers with their SubEM, CR and echo flag. Kept contexts stay out of the page (the command line shows them where
@@ -20,7 +22,7 @@ from harness.metrics import compression_ratio
 from harness.records import echoed
 from leaderboard.collect import read_records
 
-ANSWER_CHARS = 120
+ANSWER_CHARS = 80  # the start of each answer; `python -m leaderboard compare` prints them whole
 
 JS = """
 (()=>{const data=JSON.parse(document.getElementById('cmp-data').textContent);
@@ -38,7 +40,7 @@ function show(){const d=data[$('cmp-d').value],A=d.rows[$('cmp-a').value],B=d.ro
   for(const k of both){const a=A[k],b=B[k];sa+=a[0];sb+=b[0];if(a[0]===b[0])continue;
     if(a[0]>b[0])w++;else l++;const tr=document.createElement('tr');const q=d.questions[k];
     cell(tr,body.rows.length+1);cell(tr,d.ids[k]);cell(tr,a[0]>b[0]?'A':'B');cell(tr,q[0]);cell(tr,q[1].join(' | '));
-    for(const r of [a,b]){cell(tr,r[3]||'(empty)');cell(tr,r[0]);cell(tr,r[1]===null?'-':r[1]+'x');
+    for(const r of [a,b]){cell(tr,d.answers[r[3]]||'(empty)');cell(tr,r[0]);cell(tr,r[1]===null?'-':r[1]+'x');
       cell(tr,r[2]?'echo':'');}
     body.appendChild(tr);}
   const n=both.length,diff=n?100*(sa-sb)/n:0;
@@ -51,16 +53,18 @@ opts($('cmp-d'),Object.keys(data));$('cmp-d').addEventListener('change',variants
 HEADS = ("#", "id", "better", "question", "gold", "A answer", "A SubEM", "A CR", "A echo")
 
 
-def _entry(record: dict[str, Any]) -> list[Any]:
-    """[SubEM, CR (None when nothing was there to compress), echo flag, answer] of one record."""
+def _entry(record: dict[str, Any], answers: dict[str, int]) -> list[Any]:
+    """[SubEM, CR (None when nothing was there to compress), echo flag, answer's index] of one record; ``answers``
+    maps each distinct answer (cut to ``ANSWER_CHARS``) to its index, in the order first seen."""
     cr = compression_ratio(record["original_tokens"], record["compressed_tokens"])
-    answer = (record.get("prediction") or "")[:ANSWER_CHARS]
+    answer = answers.setdefault((record.get("prediction") or "")[:ANSWER_CHARS], len(answers))
     return [record["subem"], None if cr is None else round(cr, 2), int(echoed(record)), answer]
 
 
 def compare_data(rows: pd.DataFrame) -> dict[str, Any]:
-    """Per dataset: ``ids``, ``questions`` ([question, golds], aligned with ``ids``) and ``rows`` (variant ->
-    ``_entry`` or None per id), from the records of ``rows`` (one run per variant and dataset, as collected)."""
+    """Per dataset: ``ids``, ``questions`` ([question, golds], aligned with ``ids``), ``answers`` (the distinct
+    answers) and ``rows`` (variant -> ``_entry`` or None per id), from the records of ``rows`` (one run per variant
+    and dataset, as collected)."""
     found: dict[str, dict[str, dict[str, dict[str, Any]]]] = {}
     for r in rows.itertuples():
         recs = read_records(r.folder, None if pd.isna(r.n) else int(r.n))
@@ -71,10 +75,13 @@ def compare_data(rows: pd.DataFrame) -> dict[str, Any]:
         for recs in per_variant.values():
             for i, rec in recs.items():
                 first.setdefault(i, rec)
+        answers: dict[str, int] = {}
+        rows_ = {v: [_entry(recs[i], answers) if i in recs else None for i in first] for v, recs in per_variant.items()}
         data[ds] = {
             "ids": list(first),
             "questions": [[rec.get("question") or "?", list(rec["answers"])] for rec in first.values()],
-            "rows": {v: [_entry(recs[i]) if i in recs else None for i in first] for v, recs in per_variant.items()},
+            "answers": list(answers),
+            "rows": rows_,
         }
     return data
 

@@ -187,3 +187,18 @@ def test_the_model_layer_package_only_re_exports():
     assert len(path.read_text(encoding="utf-8").splitlines()) < 60
     kinds = {type(node).__name__ for node in tree.body}
     assert kinds <= {"Expr", "ImportFrom", "Import", "Assign"}, kinds  # docstring, imports, __all__
+
+
+def test_no_tracked_file_is_over_5_mb():
+    """Weights, caches and data stay out of git, and the published page stays small enough to open and diff: the
+    snapshot's `index.html` embeds every headline row's answers for the compare view, so it grows with the block."""
+    import subprocess
+
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout
+    paths = [REPO / p for p in tracked.decode().split("\0") if p]
+    big = [
+        f"{p.relative_to(REPO)} ({p.stat().st_size / 1e6:.1f} MB)"
+        for p in paths
+        if p.is_file() and p.stat().st_size > 5e6
+    ]
+    assert not big, big
