@@ -11,7 +11,8 @@ Files written under ``out``:
   (``leaderboard.matched``; rows under ``min_n`` records are left out and named).
   Then the empty contexts: per row and dataset, the share of questions whose context came back empty and the
   CR over the non-empty ones.
-- ``runs.csv`` (every collected column), ``table2_<profile>_<generator>.csv`` / ``.tex``,
+- ``runs.csv`` (every collected column; run folders relative to the published folder),
+  ``table2_<profile>_<generator>.csv`` / ``.tex``,
   ``table2_shared_<profile>_<generator>.csv``, ``empty_contexts_<profile>_<generator>.csv``, ``latency.csv``,
   ``comparison_<profile>_<generator>.csv``, ``reference.csv`` (a copy of the papers' numbers).
 - ``subem_vs_cr_<profile>_<generator>.png``, ``latency_<profile>_<generator>.png``.
@@ -559,6 +560,13 @@ def _intro(results, out: Path, n_runs: int, when: str, headline: tuple[str, str]
     )
 
 
+def _portable(frame: pd.DataFrame, out: Path) -> pd.DataFrame:
+    """``frame`` with each run's ``folder`` relative to the published folder ``out``, so that the published files
+    name no machine's paths and do not change when another checkout publishes the same runs."""
+    rel = [Path(os.path.relpath(f, out)).as_posix() for f in frame["folder"]]
+    return frame.assign(folder=rel)
+
+
 def publish(
     results: str | Path,
     out: str | Path,
@@ -588,9 +596,8 @@ def publish(
     if not d.passes.empty:
         d.passes.to_csv(out / "latency_pass.csv", index=False)
         page.written.append(out / "latency_pass.csv")
-    runs.merge(lat.drop(columns=drop), how="left", on=["profile", "generator", "dataset", "variant"]).to_csv(
-        page.written[0], index=False
-    )
+    runs_out = runs.merge(lat.drop(columns=drop), how="left", on=["profile", "generator", "dataset", "variant"])
+    _portable(runs_out, out).to_csv(page.written[0], index=False)
     lat.to_csv(page.written[1], index=False)
     d.ref.drop(columns=["value_text"]).to_csv(page.written[2], index=False)
 
@@ -615,6 +622,7 @@ def publish(
         "%; CR = original / compressed context tokens; latency in seconds per example."
     )
     (out / "index.html").write_text(
-        html.page(full, page.head, page.tail, "RAG context compression — leaderboard", note), encoding="utf-8"
+        html.page(_portable(full, out), page.head, page.tail, "RAG context compression — leaderboard", note),
+        encoding="utf-8",
     )
     return [out / "leaderboard.md", out / "index.html", *page.written]

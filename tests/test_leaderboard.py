@@ -551,6 +551,11 @@ def test_publish_writes_every_output_from_hand_made_runs(tmp_path):
     assert "DIFFERENT generator" in md and "BottleNeck" in md and "setting `finefilter`" in md
     # hand-made records carry no batch size: no throughput figure, so the block's cost names them all as missing
     assert "sum over its 0 variants with a batched figure" in md and "`bm25`, `full`, `naive`" in md
+    # run folders are named relative to the published folder: no machine's path, the same bytes from any checkout
+    runs = pd.read_csv(tmp_path / "out" / "runs.csv")
+    assert all((tmp_path / "out" / f / "summary.json").is_file() for f in runs.folder)
+    assert str(tmp_path) not in (tmp_path / "out" / "runs.csv").read_text()
+    assert "<dd>../res/embedded/gen-a/nq/full</dd>" in (tmp_path / "out" / "index.html").read_text()
     tex = (tmp_path / "out" / "table2_embedded_gen-a.tex").read_text()
     assert "\\textbf{60.00}" in tex and "\\begin{tabular}{l" + "r" * 10 + "}" in tex
     for f in files:
