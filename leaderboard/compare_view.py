@@ -76,12 +76,12 @@ def compare_data(rows: pd.DataFrame) -> dict[str, Any]:
             for i, rec in recs.items():
                 first.setdefault(i, rec)
         answers: dict[str, int] = {}
-        rows_ = {v: [_entry(recs[i], answers) if i in recs else None for i in first] for v, recs in per_variant.items()}
+        entries = {v: [_entry(rs[i], answers) if i in rs else None for i in first] for v, rs in per_variant.items()}
         data[ds] = {
             "ids": list(first),
             "questions": [[rec.get("question") or "?", list(rec["answers"])] for rec in first.values()],
             "answers": list(answers),
-            "rows": rows_,
+            "rows": entries,
         }
     return data
 
