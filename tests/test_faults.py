@@ -148,3 +148,53 @@ def test_a_failing_example_stops_the_run_with_one_line_and_a_resume_goes_on_from
     assert (ev.summary["n"], ev.summary["failed_examples"]) == (3, 0)
     rows = records(folder)
     assert rows[0] == first and [r["id"] for r in rows] == [*ids, ids[1]] and "error" not in rows[-1]
+
+
+# -- a full disk ---------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 1 MiB tmpfs of the test's own (a genuinely full filesystem; mounting needs root), unmounted after."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs for the full-disk test needs root")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)], capture_output=True, text=True)
+    if r.returncode:
+        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
+    yield disk
+    subprocess.run(["umount", "-l", str(disk)], check=True)
+
+
+def fill(disk, leave: int):
+    """A file that takes all of ``disk``'s free space but ``leave`` bytes."""
+    st = os.statvfs(disk)
+    filler = disk / "filler"
+    filler.write_bytes(b"\0" * (st.f_bavail * st.f_frsize - leave))
+    return filler
+
+
+@pytest.mark.slow
+def test_a_full_disk_stops_the_run_with_one_line_and_a_resume_after_freeing_space_completes(small_disk):
+    import harness
+
+    settings = ["generator=smollm2_transformers", "batch_size=2", "latency.samples=0", "progress=false"]
+    n = 6
+    ids = [e.id for e in load_dataset(DatasetSpec("nq", str(DATA / "nq" / "test.jsonl.gz"), limit=n))]
+    filler = fill(small_disk, 40 * 1024)  # the run's config files and its first batch (full: ~3.3 kB a record)
+    cmd = [sys.executable, "-m", "harness", "method=full", "dataset=nq", f"limit={n}", f"results_dir={small_disk}"]
+    r = subprocess.run([*cmd, *settings], cwd=REPO, capture_output=True, text=True, timeout=600)
+    [folder] = {p.parent for p in small_disk.rglob("predictions.jsonl")}
+    kept = records(folder)
+    assert r.returncode == 2 and "Traceback" not in r.stderr and "Logging error" not in r.stderr, r.stderr[-3000:]
+    assert r.stderr.strip().splitlines()[-1] == (
+        f"error: {folder / 'predictions.jsonl'}: no space left on device ({len(kept)} records kept); "
+        "free space and re-run to resume"
+    )
+    assert 0 < len(kept) < n and [k["id"] for k in kept] == ids[: len(kept)]  # whole lines only, none torn
+    filler.unlink()
+    ev = harness.evaluate("full", "nq", n, settings, results_dir=str(small_disk))
+    rows = records(folder)
+    assert ev.folder == folder and rows[: len(kept)] == kept and [k["id"] for k in rows] == ids
+    assert ev.summary["n"] == n and all("subem" in k and "error" not in k for k in rows)
