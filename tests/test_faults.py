@@ -1,8 +1,10 @@
 """Faults never kill a run with a raw trace: a damaged or unwritable LM call cache is healed or left out; an
-example whose compression fails stops the run with one line naming it, or is recorded and skipped."""
+example whose compression fails stops the run with one line naming it, or is recorded and skipped; a full disk
+stops the run with one line naming the file and the records kept, and the run resumes once space is freed."""
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -198,3 +200,12 @@ def test_a_full_disk_stops_the_run_with_one_line_and_a_resume_after_freeing_spac
     rows = records(folder)
     assert ev.folder == folder and rows[: len(kept)] == kept and [k["id"] for k in rows] == ids
     assert ev.summary["n"] == n and all("subem" in k and "error" not in k for k in rows)
+
+
+def test_a_quota_reads_as_a_full_disk_and_other_write_errors_do_not(tmp_path):
+    from harness.records import disk_full
+
+    path = tmp_path / "predictions.jsonl"
+    quota = disk_full(OSError(errno.EDQUOT, os.strerror(errno.EDQUOT)), path, 3)
+    assert str(quota) == f"{path}: disk quota exceeded (3 records kept); free space and re-run to resume"
+    assert disk_full(OSError(errno.EACCES, os.strerror(errno.EACCES)), path, 3) is None
