@@ -299,3 +299,8 @@ def test_the_readme_is_short_and_its_test_command_is_what_ci_runs():
     test_command = install_and_test.split("#")[0].strip()
     assert test_command == "bash scripts/install.sh && .venv/bin/python -m pytest -q"
     assert test_command in (REPO / ".ci" / "run").read_text("utf-8").splitlines()
+
+
+def test_the_readme_maps_every_docs_page():
+    mapped = {(REPO / href.partition("#")[0]).resolve() for href in links(REPO / "README.md")}
+    assert not [rel(p) for p in (REPO / "docs").glob("*.md") if p.resolve() not in mapped]
