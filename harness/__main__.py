@@ -4,8 +4,9 @@ A bad setting (``ConfigError``), bad input data (``DatasetError``) or a run fold
 (``RunFolderMismatch``) ends the run with one ``error: ...`` line on stderr and exit status 2, before any model
 loads for the first two; so does a generator's server that cannot answer (``ServerError``: unreachable after its
 retries, an error status, a timeout), and an example whose compression or generation raises (``ExampleError``,
-naming the example, the method and the stage; ``on_error=skip`` records it and goes on). ``hydra.verbose=true``
-shows the traceback instead.
+naming the example, the method and the stage; ``on_error=skip`` records it and goes on), and a full disk
+(``DiskFull``: the file, the records kept, free space and re-run to resume). ``hydra.verbose=true`` shows the
+traceback instead.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from harness.config import apply_profile_env, register_resolvers
 from harness.data import DatasetError
 from harness.lm.server import ServerError
 from harness.provenance import REPO_ROOT
-from harness.records import RunFolderMismatch
+from harness.records import DiskFull, RunFolderMismatch
 from harness.runlock import RunFolderBusy
 from harness.validate import ConfigError, validate_config
 from harness.workers import prepare_worker
@@ -29,6 +30,7 @@ register_resolvers()
 
 USER_ERRORS = (ConfigError, DatasetError, RunFolderMismatch, ServerError)
 USER_ERRORS += (RunFolderBusy,)  # a second process on the same run folder (harness.runlock)
+USER_ERRORS += (DiskFull,)  # the run folder's filesystem is full or over quota (harness.records)
 
 
 @hydra.main(version_base="1.3", config_path=str(REPO_ROOT / "conf"), config_name="config")

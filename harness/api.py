@@ -5,7 +5,7 @@ The config is composed by Hydra from the same ``conf/`` and the run goes through
 run folder (``hydra.run.dir``: results, profile, generator, dataset, method and the override string) and its
 ``.hydra/`` files (``config.yaml``, ``hydra.yaml``, ``overrides.yaml``) are the ones the command line makes for the
 same overrides: either resumes a run the other started. Unlike the command line it leaves the process's logging
-alone (no ``<job>.log`` in the folder) and raises errors (``ConfigError``, ``DatasetError``,
+alone (no ``<job>.log`` in the folder) and raises errors (``ConfigError``, ``DatasetError``, ``DiskFull``,
 ``RunFolderMismatch``) instead of printing them.
 """
 

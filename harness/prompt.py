@@ -2,8 +2,8 @@
 
 ``paper`` is CompSelect's (000, section 4.3.2), byte for byte: the system message below, and the user message
 ``Question: {q}\\nDocuments:\\nDoc1: ...``. The paper profile uses it. The other templates were the candidates of
-the embedded profile's prompt selection (README, "The embedded prompt"): SmolLM2-135M repeats the paper's prompt
-instead of answering when the context is long. They differ from it in one or more of:
+the embedded profile's prompt selection (docs/models-and-prompts.md, "The embedded prompt"): SmolLM2-135M
+repeats the paper's prompt instead of answering when the context is long. They differ from it in one or more of:
 
 - ``documents_first``: the documents block before the question;
 - ``example``: the paper's worked example (``What is the capital of France?`` -> ``Paris``) inside the system

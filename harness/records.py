@@ -6,11 +6,15 @@ A folder made in another checkout folder resumes too: its key differs only by th
 Resuming: a record is written (and flushed to disk) once its example is fully scored, so a killed run leaves
 complete lines plus at most one torn last line, which is dropped on the next start. Records already present are
 not redone, and the summary is always computed from the records of the selected examples, so a resumed run and
-an uninterrupted one give the same summary.
+an uninterrupted one give the same summary. A full disk (``ENOSPC``, or ``EDQUOT`` over quota) stops the run with
+``DiskFull``, one line naming the file and the records kept; the failed append is cut back off, so freeing space
+and re-running resumes from them.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -26,8 +30,30 @@ LOCK = ".run.lock"  # one writer per run folder (harness/runlock.py)
 SHARDS, SHARD_SUMMARY = "shards", "shard.json"  # shard=i/n folders and their summaries (harness/shards.py)
 
 
+FULL_DISK = (errno.ENOSPC, errno.EDQUOT)  # no space left on the device; disk quota exceeded
+
+
 class RunFolderMismatch(RuntimeError):
     """The folder holds records of a different configuration."""
+
+
+class DiskFull(RuntimeError):
+    """A run folder's file could not be written: its filesystem is full or over quota."""
+
+
+def disk_full(error: OSError, path: str | Path, kept: int) -> DiskFull | None:
+    """``DiskFull`` for a write of ``path`` that failed with ``error``, naming the records kept; None when
+    ``error`` is not a full disk or quota."""
+    if error.errno not in FULL_DISK:
+        return None
+    why = error.strerror or os.strerror(error.errno)
+    return DiskFull(f"{path}: {why.lower()} ({kept} records kept); free space and re-run to resume")
+
+
+def folder_disk_full(error: OSError, folder: str | Path) -> DiskFull | None:
+    """``disk_full`` for any write under a run ``folder`` (the file the error names, else its records)."""
+    kept = len(read_jsonl(Path(folder) / PREDICTIONS))
+    return disk_full(error, error.filename or Path(folder) / PREDICTIONS, kept)
 
 
 def config_key(config: dict[str, Any]) -> str:
@@ -105,11 +131,23 @@ class RunRecords:
             run_file.write_text(json.dumps(run, indent=1, default=str))
 
     def _append(self, name: str, rows: Iterable[dict[str, Any]]) -> None:
-        with (self.folder / name).open("a", encoding="utf-8") as f:
-            for r in rows:
-                f.write(json.dumps(r, ensure_ascii=False) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        """Append ``rows`` and flush them to disk; on a full disk, cut the file back to its last whole record and
+        raise ``DiskFull``."""
+        path = self.folder / name
+        start = path.stat().st_size if path.is_file() else 0
+        try:
+            with path.open("a", encoding="utf-8") as f:
+                for r in rows:
+                    f.write(json.dumps(r, ensure_ascii=False) + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as e:
+            full = disk_full(e, path, len(self.predictions))
+            if full is None:
+                raise
+            with contextlib.suppress(OSError):  # cutting frees space; a torn line is repaired on resume anyway
+                os.truncate(path, start)
+            raise full from e
 
     def add_predictions(self, rows: Sequence[dict[str, Any]]) -> None:
         self._append(PREDICTIONS, rows)

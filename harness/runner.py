@@ -18,7 +18,7 @@ from harness import metrics, provenance, renames, resources
 from harness.data import DatasetError, DatasetSpec, LoadedDataset, load_dataset_report
 from harness.prompt import render_documents
 from harness.protocols import Compressor, Generator, MethodEnv
-from harness.records import RUN, RunRecords, config_key, summarize
+from harness.records import RUN, RunRecords, config_key, folder_disk_full, summarize
 from harness.runlock import run_lock
 from harness.shards import Shard, merge_if_complete, write_shard_summary
 from harness.types import Compressed, Example, Unit
@@ -338,14 +338,21 @@ def run(cfg: DictConfig, out_dir: str | Path) -> dict[str, Any]:
     The folder is locked meanwhile (``harness.runlock``: a second process fails with ``RunFolderBusy``). With
     ``shard=i/n`` the run takes every n-th example from the i-th into ``out_dir/shards/i-of-n`` (its summary in
     ``shard.json``), and the shard that completes the set merges them into ``out_dir`` (``harness.shards``); its
-    summary then names the merged folder under ``merged_into``."""
+    summary then names the merged folder under ``merged_into``. A full disk raises ``DiskFull`` (one line: the
+    file, the records kept, free space and re-run to resume)."""
     validate_config(cfg)
     shard = Shard.parse(cfg.get("shard"))
     folder = Path(out_dir) if shard is None else shard.folder(out_dir)
-    with run_lock(folder):
-        summary = _run(cfg, folder, shard)
-    if shard is not None:
-        summary["merged_into"] = merge_if_complete(shard.run_folder(folder), shard.count)
+    try:
+        with run_lock(folder):
+            summary = _run(cfg, folder, shard)
+        if shard is not None:
+            summary["merged_into"] = merge_if_complete(shard.run_folder(folder), shard.count)
+    except OSError as e:  # a full disk anywhere in the folder (run.json, summary, a merge): one line, resumable
+        full = folder_disk_full(e, folder)
+        if full is None:
+            raise
+        raise full from e
     return summary
 
 

@@ -1,8 +1,10 @@
 """Faults never kill a run with a raw trace: a damaged or unwritable LM call cache is healed or left out; an
-example whose compression fails stops the run with one line naming it, or is recorded and skipped."""
+example whose compression fails stops the run with one line naming it, or is recorded and skipped; a full disk
+stops the run with one line naming the file and the records kept, and the run resumes once space is freed."""
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -148,3 +150,62 @@ def test_a_failing_example_stops_the_run_with_one_line_and_a_resume_goes_on_from
     assert (ev.summary["n"], ev.summary["failed_examples"]) == (3, 0)
     rows = records(folder)
     assert rows[0] == first and [r["id"] for r in rows] == [*ids, ids[1]] and "error" not in rows[-1]
+
+
+# -- a full disk ---------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 1 MiB tmpfs of the test's own (a genuinely full filesystem; mounting needs root), unmounted after."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs for the full-disk test needs root")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)], capture_output=True, text=True)
+    if r.returncode:
+        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
+    yield disk
+    subprocess.run(["umount", "-l", str(disk)], check=True)
+
+
+def fill(disk, leave: int):
+    """A file that takes all of ``disk``'s free space but ``leave`` bytes."""
+    st = os.statvfs(disk)
+    filler = disk / "filler"
+    filler.write_bytes(b"\0" * (st.f_bavail * st.f_frsize - leave))
+    return filler
+
+
+@pytest.mark.slow
+def test_a_full_disk_stops_the_run_with_one_line_and_a_resume_after_freeing_space_completes(small_disk):
+    import harness
+
+    settings = ["generator=smollm2_transformers", "batch_size=2", "latency.samples=0", "progress=false"]
+    n = 6
+    ids = [e.id for e in load_dataset(DatasetSpec("nq", str(DATA / "nq" / "test.jsonl.gz"), limit=n))]
+    filler = fill(small_disk, 40 * 1024)  # the run's config files and its first batch (full: ~3.3 kB a record)
+    cmd = [sys.executable, "-m", "harness", "method=full", "dataset=nq", f"limit={n}", f"results_dir={small_disk}"]
+    r = subprocess.run([*cmd, *settings], cwd=REPO, capture_output=True, text=True, timeout=600)
+    [folder] = {p.parent for p in small_disk.rglob("predictions.jsonl")}
+    kept = records(folder)
+    assert r.returncode == 2 and "Traceback" not in r.stderr and "Logging error" not in r.stderr, r.stderr[-3000:]
+    assert r.stderr.strip().splitlines()[-1] == (
+        f"error: {folder / 'predictions.jsonl'}: no space left on device ({len(kept)} records kept); "
+        "free space and re-run to resume"
+    )
+    assert 0 < len(kept) < n and [k["id"] for k in kept] == ids[: len(kept)]  # whole lines only, none torn
+    filler.unlink()
+    ev = harness.evaluate("full", "nq", n, settings, results_dir=str(small_disk))
+    rows = records(folder)
+    assert ev.folder == folder and rows[: len(kept)] == kept and [k["id"] for k in rows] == ids
+    assert ev.summary["n"] == n and all("subem" in k and "error" not in k for k in rows)
+
+
+def test_a_quota_reads_as_a_full_disk_and_other_write_errors_do_not(tmp_path):
+    from harness.records import disk_full
+
+    path = tmp_path / "predictions.jsonl"
+    quota = disk_full(OSError(errno.EDQUOT, os.strerror(errno.EDQUOT)), path, 3)
+    assert str(quota) == f"{path}: disk quota exceeded (3 records kept); free space and re-run to resume"
+    assert disk_full(OSError(errno.EACCES, os.strerror(errno.EACCES)), path, 3) is None

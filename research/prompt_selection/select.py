@@ -16,7 +16,7 @@ stops at a newline gives that line). ``capped`` counts first lines the token cap
 larger ``max_new_tokens`` could change; ``unlabelled`` is ``first_line`` without a leading ``DocN:`` label.
 The rule: echo <= 5 % on every dataset for both contexts, then the highest mean SubEM over the six (dataset,
 context) cells; where no candidate passes, the lowest worst-cell echo first (then SubEM). Figures:
-``figures-n50.csv`` (stage 1) and ``figures-n100.csv`` (stage 2) beside this file, and the README's "The
+``figures-n50.csv`` (stage 1) and ``figures-n100.csv`` (stage 2) beside this file, and docs/models-and-prompts.md, "The
 embedded prompt".
 
 ``python -m research.prompt_selection.select results-prompt-selection``
@@ -86,7 +86,8 @@ def choose(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def markdown(df: pd.DataFrame, n: int | None) -> str:
-    """The README's table: one row per (prompt, answer rule), SubEM / echo per dataset and context, best first."""
+    """The table of docs/models-and-prompts.md: one row per (prompt, answer rule), SubEM / echo per dataset and
+    context, best first."""
     order = choose(df).index
     cols = [(m, d) for m in ("full", "oracle_sentences") for d in ("nq", "triviaqa", "hotpotqa")]
     names = {"full": "full", "oracle_sentences": "gold", "nq": "NQ", "triviaqa": "TQA", "hotpotqa": "HQA"}
@@ -112,7 +113,7 @@ def main() -> None:
     ap.add_argument("--n", type=int, help="the first n questions of each run (the screening stage: 50)")
     ap.add_argument("--out", type=Path, help="the figures' CSV (default: figures-n<N>.csv beside this file)")
     ap.add_argument("--prompts", help="comma-separated: only these candidates (the finalists of stage 2)")
-    ap.add_argument("--markdown", action="store_true", help="print the README's table instead")
+    ap.add_argument("--markdown", action="store_true", help="print docs/models-and-prompts.md's table instead")
     args = ap.parse_args()
     df = cells(args.root, args.n)
     if args.prompts:
