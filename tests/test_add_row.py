@@ -19,9 +19,8 @@ import pytest
 from leaderboard.reference import method_map
 from tests.conftest import REPO
 from tests.test_docs import CONFIG, MODULE, doc_files
-from tools.add_row import block_of, main
+from tools.add_row import SAMPLE, SNAPSHOT_N, block_of, main
 
-pytestmark = pytest.mark.vllm
 PROFILE, GENERATOR = block_of("full", [])  # the block a run goes to by default: the published headline block
 
 
@@ -111,6 +110,7 @@ def check(out: Path, runs: Path, variant: str, dataset: str, printed: str) -> No
     assert re.search(rf"  vs full +3 questions  W/L/T {won}/{lost}/{3 - won - lost} ", printed), printed
 
 
+@pytest.mark.vllm
 def test_add_row_takes_an_in_repo_and_an_out_of_repo_method_to_a_published_row(
     tmp_path, runs, outside, monkeypatch, capsys
 ):
@@ -125,3 +125,26 @@ def test_add_row_takes_an_in_repo_and_an_out_of_repo_method_to_a_published_row(
     check(Path(out), runs, "lead_sentences", "triviaqa", capsys.readouterr().out)
     table = latency_table((Path(out) / "leaderboard.md").read_text())
     assert len(table[(table.Method == "bm25_sentences_top1") & (table.Dataset == "NQ")]) == 1  # still beside them
+
+
+def test_it_runs_the_snapshots_sample():
+    script = (REPO / "scripts" / "snapshot.sh").read_text()
+    assert re.search(r"^limit=(\d+)$", script, re.M).group(1) == str(SNAPSHOT_N)
+    assert all(o in script for o in SAMPLE)
+
+
+def test_bad_input_is_one_line_before_any_model(tmp_path, capsys):
+    argv = ["--results", str(tmp_path / "r"), "--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "out")]
+    with pytest.raises(SystemExit, match=r"^error: method=no_such_variant: .*method/no_such_variant"):
+        main(["no_such_variant", *argv])
+    with pytest.raises(SystemExit, match=r"^error: method.top_k=2: give the variant its own YAML"):
+        main(["bm25", *argv, "method.top_k=2"])
+    assert not (tmp_path / "r").exists() and not (tmp_path / "runs").exists()
+
+
+def test_the_leaderboard_only_names_the_command(capsys):
+    from leaderboard.__main__ import main as leaderboard
+
+    assert leaderboard(["add", "lead_sentences", "--limit", "3", "hydra.searchpath=[file:///x]"]) == 2
+    err = capsys.readouterr().err
+    assert "never runs a model" in err and "python -m tools.add_row lead_sentences --limit 3 hydra.searchpath" in err

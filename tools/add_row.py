@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import sys
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -152,8 +153,27 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
+def user_errors() -> tuple[type[Exception], ...]:
+    """What ``python -m harness`` ends with one line (a bad setting or data, a failing example, a busy or other
+    run folder), and Hydra's own (a target that does not import)."""
+    from hydra.errors import HydraException
+
+    from harness.__main__ import USER_ERRORS
+    from harness.runner import ExampleError
+
+    return (*USER_ERRORS, ExampleError, HydraException)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    a = parser().parse_intermixed_args(argv)
+    try:
+        return add_row(parser().parse_intermixed_args(argv))
+    except user_errors() as e:
+        print("error: " + " ".join(str(e).splitlines()), file=sys.stderr)
+        return 2
+
+
+def add_row(a: argparse.Namespace) -> int:
+    """The four steps (module docstring), each timed."""
     if bad := [o for o in a.overrides if o.lstrip("+~").startswith(("method.", "method="))]:
         raise SystemExit(f"error: {bad[0]}: give the variant its own YAML (conf/method/<name>.yaml), not an override")
     if a.repeats < 2:
