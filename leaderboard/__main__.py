@@ -1,5 +1,6 @@
 """``python -m leaderboard publish <results> <out>`` | ``archive <results>... <dest>`` | ``collect <results>`` |
-``compare <results> A B --dataset D``."""
+``compare <results> A B --dataset D``. (``add VARIANT`` only names ``python -m tools.add_row VARIANT``: publishing a
+new row runs models, and the leaderboard never does.)"""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ COLLECTED = ("profile", "generator", "dataset", "variant", "n", "subem", "em", "
 
 
 def parser() -> argparse.ArgumentParser:
-    """The four subcommands: publish, archive, collect, compare."""
+    """The subcommands: publish, archive, collect, compare; add only names the tool that adds a row."""
     ap = argparse.ArgumentParser(prog="python -m leaderboard", description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("publish", help="write Markdown, CSV, LaTeX, plots and index.html")
@@ -50,11 +51,17 @@ def parser() -> argparse.ArgumentParser:
     k.add_argument("--dataset", required=True, help="nq | triviaqa | hotpotqa")
     k.add_argument("--generator", help="the generator block (default: of those holding both, the newest run's)")
     k.add_argument("--no-contexts", action="store_true", help="leave the kept contexts out")
+    a = sub.add_parser("add", help="not here: prints the command that runs, times and publishes a new row")
+    a.add_argument("args", nargs=argparse.REMAINDER, help="VARIANT [options] [overrides], as tools.add_row takes them")
     return ap
 
 
 def main(argv: list[str] | None = None) -> int:
     a = parser().parse_args(argv)
+    if a.cmd == "add":
+        cmd = " ".join(["python -m tools.add_row", *a.args])
+        print(f"the leaderboard never runs a model; a new row is run, timed and published by: {cmd}", file=sys.stderr)
+        return 2
     if a.cmd == "compare":
         from leaderboard.compare import CompareError, compare, report
 

@@ -6,7 +6,10 @@ repeats itself (``repeats``). Here a row's figures against ``full`` (``online_vs
 and only against the ``full`` row of the **same pass** (``pass_id``) on the **same CPU** (``cpu``: model name and
 native bf16 or AVX2 only) at the same thread count; a row without one keeps its seconds and gets no figure against
 ``full`` (``compared`` false). Files are found by name, ``latency-pass-*.jsonl``, anywhere under a results root
-(``leaderboard/runs/latency/`` for the snapshot). Nothing here loads a model.
+(``leaderboard/runs/latency/`` for the snapshot). A block's side-by-side table merges passes (``block_passes``):
+each row from the newest pass that timed it, its ratios against the ``full`` of that pass, so a pass of one new
+variant and ``full`` adds a row without re-timing the others; seconds are never compared across passes. Nothing
+here loads a model.
 """
 
 from __future__ import annotations
@@ -23,7 +26,14 @@ from harness.records import read_jsonl
 PATTERN = "latency-pass-*.jsonl"
 SAME = ("profile", "generator", "dataset", "pass_id", "cpu", "threads")  # what a row and its full row share
 ORDER = ("nq", "triviaqa", "hotpotqa")  # the papers' dataset order, for the side-by-side rows
-COMPARED = ("online_vs_full_ratio", "total_vs_full_ratio", "generation_saved_s", "break_even", "pays_off")
+COMPARED = (
+    "online_vs_full_ratio",
+    "total_vs_full_ratio",
+    "generation_saved_s",
+    "break_even",
+    "pays_off",
+    "full_total_s",
+)
 
 
 def read_passes(root: str | Path) -> pd.DataFrame:
@@ -39,7 +49,7 @@ def _spread(values: Sequence[float]) -> tuple[float | None, float | None]:
 
 def figures_vs_baseline(row: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]:
     """The row's figures against its pass's ``full`` row, repeat by repeat (a repeat where either lacks a time
-    is left out)."""
+    is left out), and that row's total seconds (``full_total_s``)."""
     pairs = {
         k: [
             (x, y)
@@ -57,6 +67,7 @@ def figures_vs_baseline(row: dict[str, Any], base: dict[str, Any]) -> dict[str, 
     out["break_even"] = c / g if c is not None and g is not None and g > 0 else None
     is_base = row["variant"] == base["variant"]
     out["pays_off"] = None if is_base or c is None or g is None else bool(g > 0 and c < g)
+    out["full_total_s"] = base.get("total_s")  # the seconds its ratios are against: of its own pass only
     return out
 
 
@@ -77,18 +88,38 @@ def compare(passes: pd.DataFrame, baseline: str = "full") -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def block_passes(passes: pd.DataFrame, profile: str, generator: str) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """A block's headline rows and every other row of the block. Per dataset, the headline is the newest pass
-    that timed the baseline on it (its rows there, compared), so one pass per dataset may come from its own
-    invocation (``--datasets nq``); every other row (older passes, other CPUs, a pass without the baseline) is
-    shown apart, never compared with the headline."""
+def block_passes(
+    passes: pd.DataFrame, profile: str, generator: str, baseline: str = "full"
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """A block's side-by-side rows and every other row of the block, merged over passes. Per dataset and variant,
+    the row is the one of the newest pass that timed it beside the baseline (``compared``); its figures stay
+    against the baseline of its own pass. The dataset's headline pass (the one giving the most rows; ties: the
+    newest) comes first, the baseline row included, then the rows of other passes (a pass of one new variant and
+    ``full``, ``python -m tools.add_row``), whose baseline row stands behind their figures (``full_total_s``)
+    rather than as a row. A whole-dataset pass, being the newest, re-times every row. Every other row (a variant
+    timed again later, a pass without the baseline on its CPU) is returned apart, never compared."""
     if passes.empty:
         return passes, passes
     g = passes[(passes.profile == profile) & (passes.generator == generator)]
-    timed = g[g.compared].sort_values("finished_at")
-    newest = timed.groupby("dataset").pass_id.last()
-    head = g[g.compared & (g.pass_id == g.dataset.map(newest))]
-    return _in_dataset_order(head), g.drop(head.index)
+    shown = [i for _, d in g[g.compared].groupby("dataset", sort=False) for i in _merged(d, baseline)]
+    head = g.loc[shown]
+    used = set(zip(head.dataset, head.pass_id, strict=True))
+    reference = [i for i, r in g.iterrows() if r.compared and r.variant == baseline and (r.dataset, r.pass_id) in used]
+    return _in_dataset_order(head), g.drop([*shown, *reference])
+
+
+def _merged(d: pd.DataFrame, baseline: str) -> list[Any]:
+    """One dataset's compared rows: the index of each variant's newest row, the headline pass's first (in its
+    pass's order, with its baseline row), then the other passes' (newest pass first)."""
+    by_pass = d.groupby("pass_id", sort=False).agg(rows=("variant", "size"), last=("finished_at", "max"))
+    ranked = by_pass.sort_values(["rows", "last"], ascending=False, kind="stable")
+    top = ranked.index[0]
+    newest = d.sort_values("finished_at", kind="stable").groupby("variant").tail(1).index
+    keep = lambda r: r.name in newest and r.variant != baseline  # noqa: E731
+    out = [i for i, r in d[d.pass_id == top].iterrows() if r.variant == baseline or keep(r)]
+    for pid in ranked.index[1:]:
+        out += [i for i, r in d[d.pass_id == pid].iterrows() if keep(r)]
+    return out
 
 
 def _in_dataset_order(rows: pd.DataFrame) -> pd.DataFrame:

@@ -18,7 +18,8 @@ Files written under ``out``:
 - ``subem_vs_cr_<profile>_<generator>.png``, ``latency_<profile>_<generator>.png``.
 - ``latency_pass.csv``: the latency passes found under ``results`` (``latency-pass-*.jsonl``, written by
   ``python -m tools.latency_pass``) with their figures against ``full`` (``leaderboard.passes``: within a pass and
-  CPU only); each block shows its newest pass as "Latency side by side", rows of other passes apart.
+  CPU only); each block's "Latency side by side" merges passes (per variant its newest pass, each row against the
+  ``full`` of its own pass, naming it), older timings apart.
 - ``index.html``: one self-contained page, in the same order (the grid of every run folded behind its filters),
   and after the headline block a view comparing any two of its rows question by question
   (``leaderboard.compare_view``).
@@ -345,7 +346,8 @@ def _diagnostics_block(page: _Page, g: pd.DataFrame) -> None:
 
 
 def _pass_rows(rows: pd.DataFrame, apart: bool) -> tuple[list[str], list[list[str]]]:
-    """A latency pass's table (``leaderboard.passes``): the headline pass's rows, or the rows shown apart."""
+    """A latency table (``leaderboard.passes``): the side-by-side rows (each naming its pass, with the ``full``
+    seconds of that pass beside its own), or the rows shown apart."""
     head = ["Method", "Dataset", "n × repeats", "compression s", "online s", "total s (spread)"]
     head += (
         ["pass", "cpu", "threads", "total vs full of its own pass"]
@@ -358,6 +360,8 @@ def _pass_rows(rows: pd.DataFrame, apart: bool) -> tuple[list[str], list[list[st
             "cpu",
             "threads",
             "LM dtypes",
+            "pass (date)",
+            "full total s of its pass",
         ]
     )
     out = []
@@ -382,48 +386,61 @@ def _pass_rows(rows: pd.DataFrame, apart: bool) -> tuple[list[str], list[list[st
                 r.cpu,
                 fmt(r.threads, "{:.0f}"),
                 passes.dtypes(r.lms),
+                f"{r.pass_id} ({str(r.finished_at)[:10]})",
+                fmt(getattr(r, "full_total_s", None), "{:.3f}"),
             ]
         out.append(cells)
     return head, out
 
 
+def _passes_named(head: pd.DataFrame) -> str:
+    """Per dataset, each pass its side-by-side rows come from: id, date, CPU, threads, questions x repeats."""
+    runs = head.groupby(["dataset", "pass_id"], sort=False).agg(
+        finished_at=("finished_at", "max"),
+        cpu=("cpu", "first"),
+        threads=("threads", "first"),
+        n=("n", "max"),
+        repeats=("repeats", "first"),
+        rows=("variant", "size"),
+    )
+    per: dict[str, list[str]] = {}
+    for (ds, pid), r in runs.iterrows():
+        per.setdefault(ds, []).append(
+            f"pass `{pid}` ({r.finished_at}) on {r.cpu}, {r.threads} threads, {int(r.n)} questions x "
+            f"{int(r.repeats)} repeats" + ("" if len(per.get(ds, [])) == 0 else f", {r.rows} row(s)")
+        )
+    return "; ".join(f"{label(ds)}: {', then '.join(p)}" for ds, p in per.items())
+
+
 def _pass_block(page: _Page, all_passes: pd.DataFrame, profile: str, gen: str, baseline: str) -> None:
-    """Latency side by side: per dataset, the block's newest latency pass there (every row against the ``full``
-    of that pass, on its CPU), then any row timed in another pass or on another CPU, apart."""
-    head, apart = passes.block_passes(all_passes, profile, gen)
+    """Latency side by side, merged over passes: per dataset and variant, its newest latency pass (every row
+    against the ``full`` of its own pass, on its CPU; the dataset's headline pass first), then any row timed again
+    later or without a ``full`` in its pass, apart."""
+    head, apart = passes.block_passes(all_passes, profile, gen, baseline)
     if head.empty and apart.empty:
         return
-    text = page.h(3, "Latency side by side (one pass, one machine)") + "\n\n"
+    title = f"Latency side by side (ratios to `{baseline}` within each pass)"
+    text = page.h(3, title) + "\n\n"
     if not head.empty:
         r0 = head.iloc[0]
         h, rows = _pass_rows(head, apart=False)
-        runs = head.groupby("pass_id", sort=False).agg(
-            datasets=("dataset", lambda d: ", ".join(label(x) for x in dict.fromkeys(d))),
-            finished_at=("finished_at", "max"),
-            cpu=("cpu", "first"),
-            threads=("threads", "first"),
-            n=("n", "max"),
-            repeats=("repeats", "first"),
-        )
-        which = "; ".join(
-            f"{r.datasets}: pass `{pid}` ({r.finished_at}) on {r.cpu}, {r.threads} threads, {int(r.n)} questions "
-            f"x {int(r.repeats)} repeats"
-            for pid, r in runs.iterrows()
-        )
         text += (
-            f"`python -m tools.latency_pass`, the newest pass of each dataset ({which}): every variant on the same "
-            f"questions ({r0.get('sample', '?')}), one at a time after warm-up, each as if unseen, the variants "
-            f"interleaved question by question, `{baseline}` in the same pass. Seconds are means over the repeats "
-            "(± spread: max - min); the ratios to `full` and the break-even (compression s / "
-            "generation s saved against `full`) are computed within each repeat, then averaged.\n\n"
+            f"`python -m tools.latency_pass`, per dataset the newest pass that timed each variant "
+            f"({_passes_named(head)}): every variant on the same questions ({r0.get('sample', '?')}), one at a "
+            "time after warm-up, each as if unseen, the variants of a pass interleaved question by question, "
+            f"`{baseline}` in every pass. Seconds are means over the repeats (± spread: max - min); the ratios to "
+            f"`{baseline}` and the break-even (compression s / generation s saved against `{baseline}`) are computed "
+            f"within each repeat against the `{baseline}` of the row's own pass (*pass*), then averaged. Rows of "
+            "different passes compare by their ratios only: seconds are comparable within one pass, and each row "
+            f"shows the `{baseline}` seconds of its own pass beside its own.\n\n"
             f"{tables.markdown(h, rows)}\n"
         )
-        page.html("Latency side by side (one pass, one machine)", html.frame_html(pd.DataFrame(rows, columns=h)))
+        page.html(title.replace("`", ""), html.frame_html(pd.DataFrame(rows, columns=h)))
     if not apart.empty:
         h, rows = _pass_rows(apart, apart=True)
         text += (
-            "\nTimed in another pass or on another CPU: shown apart, never compared with the passes above (the "
-            "last column compares a row only with the `full` of its own pass and CPU).\n\n"
+            "\nTimed again in a newer pass, or in a pass without a `full` on their CPU: shown apart, never compared "
+            "with the rows above (the last column compares a row only with the `full` of its own pass and CPU).\n\n"
             f"{tables.markdown(h, rows)}\n"
         )
         page.html("Latency timed elsewhere (not compared)", html.frame_html(pd.DataFrame(rows, columns=h)))

@@ -19,8 +19,9 @@ questions), ``online_vs_full_ratio`` and ``total_vs_full_ratio``, the per-repeat
 min), ``cpu`` (model name and whether bf16 is native: AMX / AVX512-BF16, or AVX2 only), ``threads``, every LM
 the variant ran (``lms``: the generator's and its method's, with role, weights, engine and dtype), ``pass_id``
 (one per invocation) and the code's commit. ``python -m leaderboard publish`` reads every
-``latency-pass-*.jsonl`` under its results root (``leaderboard/runs/latency/`` for the snapshot), heads each
-dataset with its newest pass, and compares a row only with the ``full`` row of its own pass and CPU. A dataset's
+``latency-pass-*.jsonl`` under its results root (``leaderboard/runs/latency/`` for the snapshot), shows each
+variant from the newest pass that timed it, and compares a row only with the ``full`` row of its own pass and CPU
+(``leaderboard.passes``; ``python -m tools.add_row`` times one new variant beside ``full`` this way). A dataset's
 rows are written as soon as it is timed, so ``--datasets nq`` and later ``--datasets triviaqa`` are two passes.
 This tool runs models; the leaderboard never does.
 """
