@@ -313,7 +313,7 @@ def more_words(t: pd.DataFrame, names: list[str], k_default: int = 5) -> str:
         if len(g):
             order = ", ".join(f"`{r.variant}` {r.d_subem:+.1f}" for r in g.itertuples())
             k = int(g.k.iloc[0])
-            parts.append(f"{label(ds)}, {k_default} → {k} passages, least lost first: {order}")
+            parts.append(f"{label(ds)}, {k_default} → {k} passages, SubEM change, least lost first: {order}")
             continue
         try:
             most = passages_per_question(ds)
