@@ -28,7 +28,7 @@ import pandas as pd
 from harness.data import DatasetError, DatasetSpec, load_dataset, read_examples
 from harness.metrics import corpus_cr, normalize, subem
 from harness.provenance import REPO_ROOT
-from harness.records import SUMMARY
+from harness.records import SUMMARY, kept_nothing
 from harness.stats import RESAMPLES, SEED, bootstrap_ci, paired_bootstrap
 from leaderboard.collect import read_predictions
 from leaderboard.reference import method_map, variant_order
@@ -114,9 +114,11 @@ def unreliable(
     df: pd.DataFrame, profile: str, generator: str, baseline: str = "full", resamples: int = RESAMPLES, seed: int = SEED
 ) -> pd.DataFrame:
     """One row per (variant, dataset, subset: ``no gold`` / ``gold``) of one block: ``n`` (of ``n_run``), F1 and SubEM
-    with 95% intervals, and ``d_``/``p_``/``sig_`` against ``baseline`` on the shared ids of the same subset."""
+    with 95% intervals, ``d_``/``p_``/``sig_`` against ``baseline`` on the shared ids of the same subset, the share
+    of the subset's contexts the method emptied (``kept_nothing``: the paper's truncator may keep nothing) and its
+    yes/no questions (``yes_no``)."""
     g = df[(df.profile == profile) & (df.generator == generator)]
-    cols = ["id", "answers", "f1", "subem"]
+    cols = ["id", "answers", "f1", "subem", "compressed_tokens"]
     rows = []
     for ds in datasets(g):
         by_variant = {r.variant: r for r in g[g.dataset == ds].itertuples()}
@@ -131,8 +133,9 @@ def unreliable(
             for subset, flag in ((NO_GOLD, False), (GOLD, True)):
                 part = p[p.id.map(gold) == flag]
                 s = _scores(part, b[b.id.map(gold) == flag], resamples, seed)
-                yes_no = int(part.answers.map(_yes_no).sum())
-                rows.append({"variant": v, "dataset": ds, "subset": subset, "n_run": len(p), "yes_no": yes_no, **s})
+                s["yes_no"] = int(part.answers.map(_yes_no).sum())
+                s["kept_nothing"] = kept_nothing(part.to_dict("records"))
+                rows.append({"variant": v, "dataset": ds, "subset": subset, "n_run": len(p), **s})
     return pd.DataFrame(rows)
 
 
@@ -150,14 +153,15 @@ def _delta(r: dict, m: str) -> str:
 
 def unreliable_rows(t: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     """``unreliable``'s table, one line per (dataset, variant): the no-gold subset, then the gold one beside it."""
-    head = ["Dataset", "Method", "n no gold / n"]
+    head = ["Dataset", "Method", "n no gold / n", "kept nothing % no gold / gold"]
     for s in (NO_GOLD, GOLD):
         head += [f"F1 {s} [95% CI]", f"ΔF1 {s} vs full, p", f"SubEM {s} [95% CI]", f"ΔSubEM {s} vs full, p"]
-    head.insert(7, "n gold")
+    head.insert(8, "n gold")
     rows = []
     for (ds, v), g in t.groupby(["dataset", "variant"], sort=False):
         no, yes = (g[g.subset == s].iloc[0].to_dict() for s in (NO_GOLD, GOLD))
-        cells = [label(ds), v, f"{no['n']} / {no['n_run']}"]
+        kept = " / ".join("-" if r["kept_nothing"] is None else f"{100 * r['kept_nothing']:.1f}" for r in (no, yes))
+        cells = [label(ds), v, f"{no['n']} / {no['n_run']}", kept]
         cells += [_ci(no, "f1"), _delta(no, "f1"), _ci(no, "subem"), _delta(no, "subem"), str(yes["n"])]
         cells += [_ci(yes, "f1"), _delta(yes, "f1"), _ci(yes, "subem"), _delta(yes, "subem")]
         rows.append(cells)
@@ -186,7 +190,8 @@ def paper_rows(reference: pd.DataFrame, t: pd.DataFrame) -> tuple[list[str], lis
 
 
 def findings(t: pd.DataFrame, baseline: str = "full") -> str:
-    """Per dataset, the no-gold share and which rows differ significantly from ``baseline`` in F1 there."""
+    """Per dataset, the no-gold share, which rows differ significantly from ``baseline`` in F1 there, and how often
+    the paper's own rows (``PAPER_ROWS``) kept nothing there (the truncator's way of suppressing noise)."""
     parts = []
     for ds, g in t[t.subset == NO_GOLD].groupby("dataset", sort=False):
         b = g[g.variant == baseline]
@@ -195,8 +200,11 @@ def findings(t: pd.DataFrame, baseline: str = "full") -> str:
             share += f", {int(b.yes_no.iloc[0])} of them yes/no"
         sig = g[g.sig_f1.fillna(False).astype(bool)]
         named = ", ".join(f"`{r.variant}` {r.d_f1:+.1f}" for r in sig.itertuples()) or "none"
-        parts.append(f"{label(ds)} ({share} questions): F1 significantly different from `{baseline}`: {named}")
-    return "; ".join(parts) + "." if parts else ""
+        own = g[g.variant.isin(PAPER_ROWS.values()) & g.kept_nothing.notna()]
+        kept = ", ".join(f"`{r.variant}` {100 * r.kept_nothing:.1f}%" for r in own.itertuples())
+        kept = f"; kept nothing on them: {kept}" if kept else ""
+        parts.append(f"{label(ds)} ({share} questions): F1 significantly different from `{baseline}`: {named}{kept}.")
+    return " ".join(parts)
 
 
 # ---- more passages ---------------------------------------------------------------------------------------------

@@ -85,6 +85,12 @@ def test_unreliable_splits_every_row_and_pairs_it_with_full(head_rows):
     assert pd.isna(nq.loc[("full", retrieval.NO_GOLD), "d_f1"])
     hqa = t[(t.dataset == "hotpotqa") & (t.variant == "full") & (t.subset == retrieval.NO_GOLD)].iloc[0]
     assert hqa.n == 85 and hqa.yes_no == 46
+    # the truncator that may keep nothing never did on NQ's no-gold questions (and kept 1 of 707 others empty)
+    assert nq.loc[("compselect", retrieval.NO_GOLD), "kept_nothing"] == 0
+    assert nq.loc[("compselect", retrieval.GOLD), "kept_nothing"] == pytest.approx(1 / 707)
+    words = retrieval.findings(t)
+    assert "NQ (93 of 800 questions): F1 significantly different from `full`: none; kept nothing on them: " in words
+    assert "HQA (85 of 400, 46 of them yes/no questions)" in words
 
 
 def test_paper_table7_under_ours_names_each_label(head_rows):
