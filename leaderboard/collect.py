@@ -4,7 +4,9 @@ A run folder is any folder holding ``summary.json`` (Hydra single runs and multi
 ``results/<profile>/<generator>/<dataset>/<method>/<override_dirname>/``). The variant is the method's name,
 plus the Hydra override string of the folder when there is one (``bm25[method.top_k=2]``); the dataset sample
 (``dataset.sample``/``seed``) is not part of it but a column of its own, ``sample``, so the newest run of a
-variant wins whichever sample it took. Provenance comes
+variant wins whichever sample it took. ``dataset.top_k`` is part of it when a run sets it (``full[dataset.top_k=10]``,
+in its own folder ``.../full/dataset.sample=shuffled,dataset.seed=0,dataset.top_k=10``), so a run at more passages
+never replaces the default's; ``top_k`` is also a column of its own. Provenance comes
 from the records: the git commit, the config key of ``run.json``, and the model ids of ``generator_info`` and
 ``method_info``. Nothing here loads a model.
 """
@@ -89,6 +91,13 @@ def sample_name(summary: dict[str, Any]) -> str:
     if summary.get("sample", "first") in (None, "first"):
         return "first"
     return f"{summary['sample']} seed {summary.get('sample_seed')}"
+
+
+def top_k(summary: dict[str, Any], run: dict[str, Any]) -> int | None:
+    """The passages per question a run read (``dataset.top_k`` of its config; None for a run that kept none)."""
+    cfg = summary.get("config") or run.get("config") or {}
+    k = (cfg.get("dataset") or {}).get("top_k")
+    return int(k) if isinstance(k, int | float) else None
 
 
 def latency_fields(summary: dict[str, Any]) -> dict[str, Any]:
@@ -208,6 +217,7 @@ def _row(folder: Path, root: Path) -> dict[str, Any] | None:
         "overrides": od,
         "split": s.get("split"),
         "sample": sample_name(s),
+        "top_k": top_k(s, run),
         **{k: s.get(k) for k in NUMERIC},
         **latency_fields(s),
         "timed_at": timed_at(s),

@@ -11,10 +11,14 @@ Files written under ``out``:
   (``leaderboard.matched``; rows under ``min_n`` records are left out and named).
   Then the empty contexts: per row and dataset, the share of questions whose context came back empty and the
   CR over the non-empty ones.
+  Last, ``leaderboard.retrieval``'s views: "When retrieval fails" (000 Table 7: the rows on the questions whose
+  passages hold no gold answer, and on the others, the paper's figures under them) and "More passages" (rows run with
+  ``dataset.top_k``, kept out of every other table, beside the default k).
 - ``runs.csv`` (every collected column; run folders relative to the published folder),
   ``table2_<profile>_<generator>.csv`` / ``.tex``,
   ``table2_shared_<profile>_<generator>.csv``, ``empty_contexts_<profile>_<generator>.csv``, ``latency.csv``,
-  ``comparison_<profile>_<generator>.csv``, ``reference.csv`` (a copy of the papers' numbers).
+  ``comparison_<profile>_<generator>.csv``, ``reference.csv`` (a copy of the papers' numbers),
+  ``unreliable_<profile>_<generator>.csv``, ``more_passages_<profile>_<generator>.csv`` (where it has rows).
 - ``subem_vs_cr_<profile>_<generator>.png``, ``latency_<profile>_<generator>.png``.
 - ``latency_pass.csv``: the latency passes found under ``results`` (``latency-pass-*.jsonl``, written by
   ``python -m tools.latency_pass``) with their figures against ``full`` (``leaderboard.passes``: within a pass and
@@ -35,7 +39,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from leaderboard import compare_view, html, passes, plots, reference, stats, tables
+from leaderboard import compare_view, html, passes, plots, reference, retrieval, stats, tables
 from leaderboard.collect import collect
 from leaderboard.headline import aliases, mark_aliases, pick_headline
 from leaderboard.matched import MIN_N, matched
@@ -540,6 +544,7 @@ class _Data:
     lat: pd.DataFrame
     ref: pd.DataFrame
     passes: pd.DataFrame  # latency passes (tools.latency_pass), compared within a pass only
+    more: pd.DataFrame = field(default_factory=pd.DataFrame)  # rows run with dataset.top_k set (retrieval.split_more)
 
 
 def _block(page: _Page, d: _Data, profile: str, gen: str, baseline: str, min_n: int) -> None:
@@ -554,6 +559,26 @@ def _block(page: _Page, d: _Data, profile: str, gen: str, baseline: str, min_n: 
     _shared_block(page, d.full, d.shared, d.short, profile, gen, min_n)
     _diagnostics_block(page, g)
     _comparison_block(page, d.full, d.ref, g, profile, gen)
+    _retrieval_block(page, d, profile, gen, baseline)
+
+
+def _retrieval_block(page: _Page, d: _Data, profile: str, gen: str, baseline: str) -> None:
+    """The views of ``leaderboard.retrieval``, each with its CSV: "When retrieval fails" (000 Table 7), then "More
+    passages" (in an archived block, only where it has rows run with ``dataset.top_k``)."""
+    out, slug = page.out, _slug(profile, gen)
+    views = (
+        (
+            retrieval.FAILS,
+            retrieval.fails_section(d.full, d.ref, profile, gen, baseline, out / f"unreliable_{slug}.csv"),
+        ),
+        (retrieval.MORE, retrieval.more_section(d.full, d.more, profile, gen, out / f"more_passages_{slug}.csv")),
+    )
+    for title, (md, body, csv) in views:
+        if md and (csv or title == retrieval.FAILS or not page.archive):
+            page.md.append(f"{page.h(3, title)}\n\n{md}")
+            page.html(title, body)
+        if csv:
+            page.written.append(csv)
 
 
 def _intro(results, out: Path, n_runs: int, when: str, headline: tuple[str, str], resamples: int, baseline: str):
@@ -600,6 +625,7 @@ def publish(
     runs = collect(results)
     if runs.empty:
         raise SystemExit(f"no run folders (summary.json) under {results}")
+    runs, more = retrieval.split_more(runs)  # dataset.top_k runs: only "More passages" reads them
     runs = mark_aliases(runs, aliases(runs))
     runs = tables.ordered(stats.add_uncertainty(runs, baseline, resamples, seed))
     shown = runs[runs.alias_of.isna()].reset_index(drop=True)
@@ -608,12 +634,13 @@ def publish(
     lat = tables.latency(shown, baseline)
     drop = ["protocol", "latency_n", "latency_threads", "timed_at", "compress_s", "batched_at"]
     full = shown.merge(lat.drop(columns=drop), on=["profile", "generator", "dataset", "variant"])
-    d = _Data(full, shared, short, lat, reference.load_reference(), passes.compare(passes.read_passes(results)))
+    d = _Data(full, shared, short, lat, reference.load_reference(), passes.compare(passes.read_passes(results)), more)
     page = _Page(out, written=[out / "runs.csv", out / "latency.csv", out / "reference.csv"])
     if not d.passes.empty:
         d.passes.to_csv(out / "latency_pass.csv", index=False)
         page.written.append(out / "latency_pass.csv")
-    runs_out = runs.merge(lat.drop(columns=drop), how="left", on=["profile", "generator", "dataset", "variant"])
+    runs_out = pd.concat([runs, more], ignore_index=True) if len(more) else runs
+    runs_out = runs_out.merge(lat.drop(columns=drop), how="left", on=["profile", "generator", "dataset", "variant"])
     _portable(runs_out, out).to_csv(page.written[0], index=False)
     lat.to_csv(page.written[1], index=False)
     d.ref.drop(columns=["value_text"]).to_csv(page.written[2], index=False)

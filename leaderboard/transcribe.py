@@ -215,6 +215,14 @@ SPECS = [
     Spec(C, "Table 3", "compselect", r"^\*\*Table 3 — ablation\*\* \(LLaMA3-8B", wide(L3, lambda d, c: "subem")),
     Spec(
         C,
+        "Table 7",
+        "compselect",
+        r"^\*\*Table 7 — unreliable retrieval",
+        wide(L3, lambda d, c: "f1"),
+        "F1 on the test questions whose retrieved passages hold no gold answer",
+    ),
+    Spec(
+        C,
         "Table 5",
         "compselect",
         r"^\*\*Table 5 — random vs adaptive truncation",
