@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -147,16 +147,24 @@ def echoed(record: dict[str, Any]) -> bool:
     return echo(record.get("prediction") or "", record.get("question") or "", record.get("context") or "")
 
 
+def _share(predictions: Sequence[dict[str, Any]], flag: Callable[[dict[str, Any]], bool]) -> float | None:
+    """Percent of examples whose record is flagged."""
+    return 100.0 * sum(map(flag, predictions)) / len(predictions) if predictions else None
+
+
+def _points(predictions: Sequence[dict[str, Any]], flag: Callable[[dict[str, Any]], bool]) -> float | None:
+    """The points of SubEM (percent of all examples) earned by the flagged records."""
+    return 100.0 * sum(r["subem"] for r in predictions if flag(r)) / len(predictions) if predictions else None
+
+
 def echo_share(predictions: Sequence[dict[str, Any]]) -> float | None:
     """Percent of examples whose prediction echoes the prompt instead of answering."""
-    return 100.0 * sum(map(echoed, predictions)) / len(predictions) if predictions else None
+    return _share(predictions, echoed)
 
 
 def subem_from_echo(predictions: Sequence[dict[str, Any]]) -> float | None:
     """The points of SubEM (percent of all examples) earned by predictions that echo the prompt."""
-    if not predictions:
-        return None
-    return 100.0 * sum(r["subem"] for r in predictions if echoed(r)) / len(predictions)
+    return _points(predictions, echoed)
 
 
 def hedged(record: dict[str, Any]) -> bool:
@@ -170,14 +178,12 @@ def hedged(record: dict[str, Any]) -> bool:
 
 def hedge_share(predictions: Sequence[dict[str, Any]]) -> float | None:
     """Percent of examples whose prediction names more than one option of a comparison question (``hedged``)."""
-    return 100.0 * sum(map(hedged, predictions)) / len(predictions) if predictions else None
+    return _share(predictions, hedged)
 
 
 def subem_from_hedge(predictions: Sequence[dict[str, Any]]) -> float | None:
     """The points of SubEM (percent of all examples) earned by predictions that hedge."""
-    if not predictions:
-        return None
-    return 100.0 * sum(r["subem"] for r in predictions if hedged(r)) / len(predictions)
+    return _points(predictions, hedged)
 
 
 def strict_subem(record: dict[str, Any]) -> float:
