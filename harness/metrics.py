@@ -126,7 +126,7 @@ _ARTICLE_WORDS = {"a", "an", "the"}
 # Words between the first two options named that make the first one the answer: "A is older than B",
 # "A ..., compared to B", "A, not B" (``_picks_first``).
 _PICK = {"than", "compared"}
-_NOT = {"not", "nt"}
+_NOT = {"not"}
 
 
 class Option(NamedTuple):
@@ -231,10 +231,11 @@ def _first_mention(said: str, names: tuple[str, ...]) -> tuple[int, int] | None:
 
 
 def _picks_first(between: list[str]) -> bool:
-    """The words between the first two options named make the first one the answer (``_PICK``, ``_NOT``)."""
-    if _NOT & set(between[-3:]):
-        return True
-    return bool(_PICK & set(between)) and not _NOT & set(between)
+    """The words between the first two options named make the first one the answer: a comparative (``_PICK``)
+    without a negation, or a negation just before the second (``A, and not B``); ``A is not older than B``
+    picks neither."""
+    compares, negates = bool(_PICK & set(between)), bool(_NOT & set(between))
+    return (compares and not negates) or (not compares and bool(_NOT & set(between[-3:])))
 
 
 def hedge(prediction: str, question: str, golds: Sequence[str], kind: str | None = None) -> bool:

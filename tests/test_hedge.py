@@ -194,3 +194,10 @@ def test_hotpotqa_test_rows_have_no_type_and_are_parsed():
     offered = [M.options(r["question"], r["answers"]) for r in rows]
     assert all(sum(o.gold for o in x) == 1 for x in offered if x)  # exactly one gold option where any
     assert 100 < sum(map(bool, offered)) < 150
+
+
+def test_a_negated_comparative_picks_neither_option():
+    r = _by_question("hotpotqa", "full", "Who is older, Ferdi Taygan or Mahesh Bhupathi?")
+    assert not M.hedge("Ferdi Taygan is older than Mahesh Bhupathi", r["question"], r["answers"])
+    assert M.hedge("Ferdi Taygan is not older than Mahesh Bhupathi", r["question"], r["answers"])
+    assert M.hedge("Mahesh Bhupathi, not Ferdi Taygan", r["question"], r["answers"])  # picks the other one
