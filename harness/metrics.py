@@ -10,6 +10,8 @@
   first non-empty line before it; ``unlabelled`` drops a leading ``DocN:`` label first (``ANSWER_RULES``: the
   generator's ``answer`` setting).
 - ``echo``: whether an output repeats the prompt instead of answering (definition at ``echo``).
+- ``hedge``: whether an output names more than one of the options a comparison question offers, without
+  choosing the gold one (definition at ``hedge``); ``options`` finds the options.
 - ``compression_ratio``: original tokens / compressed tokens of the context (the generator's tokenizer, the
   documents only). Per example it is ``None`` when the original is empty, and ``original / 1`` when the method
   kept nothing. Over a run, ``cr`` is the ratio of sums and ``cr_mean`` the mean of the per-example ratios;
@@ -22,6 +24,7 @@ import re
 import string
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
+from typing import NamedTuple
 
 _PUNCT = set(string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
@@ -109,6 +112,145 @@ def _repeats_question(said: str, question: str) -> bool:
         return False
     asks = q.split()[0] in _INTERROGATIVES or question.rstrip().endswith("?")
     return asks or not said.split(q, 1)[1].strip()
+
+
+# Comparison questions offer their candidates: "Who is older, A or B?", "Is A or B ...?", "A, B or C", and the
+# yes/no questions whose gold is "yes" or "no" (``options``).
+_OR = re.compile(r"\s+or\s+", re.IGNORECASE)
+_AND = re.compile(r"\s+and\s+", re.IGNORECASE)
+_SEPARATORS = re.compile(r",|:|;|--|\s[-–—]\s")
+_AUX = {"is", "are", "was", "were", "do", "does", "did", "can", "could", "will", "would", "should", "has", "have"}
+_CONNECTORS = {"of", "the", "and", "&", "a", "an", "de", "y", "da", "von", "van", "to", "in", "on", "for", "v."}
+_BINARY = (("yes", "no"), ("true", "false"))
+_ARTICLE_WORDS = {"a", "an", "the"}
+# Words between the first two options named that make the first one the answer: "A is older than B",
+# "A ..., compared to B", "A, not B" (``_picks_first``).
+_PICK = {"than", "compared"}
+_NOT = {"not"}
+
+
+class Option(NamedTuple):
+    """One option a question offers: its names (the option as the question words it, then the gold answers that
+    are it) and whether it is the gold one."""
+
+    names: tuple[str, ...]
+    gold: bool
+
+
+def _name_run(words: list[str], from_end: bool) -> str:
+    """The run of capitalised words (a name, connectors inside it) at one end of ``words``; the last (or first)
+    word alone when none is capitalised (``left-hand or right-hand``)."""
+    seq = words[::-1] if from_end else words
+    run: list[str] = []
+    for w in seq:
+        if w[:1].isupper() or w[:1].isdigit() or w[:1] in "\"'(" or (run and w.lower() in _CONNECTORS):
+            run.append(w)
+        else:
+            break
+    while run and run[-1].lower() in _CONNECTORS:
+        run.pop()
+    run = run or seq[:1]
+    return " ".join(run[::-1] if from_end else run)
+
+
+def _sides(question: str, at: re.Match, cut: bool = False) -> list[str]:
+    """The options around one ``or`` of ``question``: the names before it after a comma, colon or dash (``Which
+    is oldest, A, B or C``, ``invented: A, B or C``) or else the name run that ends there, and the text
+    after it up to a comma or the end; in a question that opens with a verb (``Is A or B older?``) both sides
+    are cut to their name runs, as they are with ``cut``."""
+    before, after = question[: at.start()], question[at.end() :]
+    words = before.split()
+    aux = cut or (bool(words) and words[0].lower() in _AUX)
+    stem, *listed = before.split(",")
+    pieces = [p.strip() for p in (*_SEPARATORS.split(stem), *listed)]
+    left = pieces[1:] if len(pieces) > 1 and not aux else [_name_run(words[1:], from_end=True)]
+    right = re.split(r",|\?|;", after, maxsplit=1)[0].strip()
+    if aux:
+        right = _name_run([w for w in right.split() if w.lower() not in _ARTICLE_WORDS] or [""], from_end=False)
+    return [*left, right]
+
+
+def _matches(gold: str, option: str, loose: bool) -> bool:
+    """A gold answer is this option when the words of one hold the other's (``Helen Hunt`` and ``Helen
+    Elizabeth Hunt``, ``Farrell`` and ``J. G. Farrell``), or, ``loose``, when they share half the words of the
+    longer (``Lev Yilmaz`` and ``Levni Yilmaz``)."""
+    g, o = set(normalize(gold).split()), set(normalize(option).split())
+    if not (g and o):
+        return False
+    return g <= o or o <= g or (loose and 2 * len(g & o) >= max(len(g), len(o)))
+
+
+def _offered(found: list[str], golds: Sequence[str]) -> list[Option]:
+    """``found`` as options, the gold one(s) marked: by word containment, or loosely where none contains."""
+    loose = not any(_matches(g, o, False) for g in golds for o in found)
+    gold = [[g for g in golds if _matches(g, o, loose)] for o in found]
+    return [Option((o, *_tail(o), *g), bool(g)) for o, g in zip(found, gold, strict=True)]
+
+
+def _tail(option: str) -> list[str]:
+    """The name a long option ends with, when it has two words or more (``Rob Zombie's band White Zombie``:
+    ``White Zombie``), as a second name of the option."""
+    words = option.split()
+    tail = _name_run(words, from_end=True)
+    return [tail] if len(tail.split()) > 1 and len(tail.split()) < len(words) else []
+
+
+def options(question: str, golds: Sequence[str], kind: str | None = None) -> list[Option]:
+    """The options a comparison question offers; ``[]`` when it offers none that a gold answer is. ``kind`` is
+    HotpotQA's ``type`` where the data keeps it: a ``bridge`` question offers none; otherwise the question is
+    parsed around each ``or``, the last first (and, for a ``comparison``, around each ``and``: ``Between A and B,
+    which ...``). Yes/no questions (a gold of ``yes`` or ``no``) offer both, as true/false ones do."""
+    if kind == "bridge":
+        return []
+    for pair in _BINARY:
+        if any(normalize(g) in pair for g in golds):
+            return [Option((w,), any(normalize(g) == w for g in golds)) for w in pair]
+    joins = [(at, False) for at in reversed(list(_OR.finditer(question)))]
+    if kind == "comparison":
+        joins += [(at, True) for at in _AND.finditer(question)]
+    for at, cut in joins:
+        named = _offered([o for o in _sides(question, at, cut) if normalize(o)], golds)
+        if len(named) > 1 and any(o.gold for o in named):
+            return named
+    return []
+
+
+_INITIALS = re.compile(r"\b(\w) (?=\w\b)")
+
+
+def _squash(text: str) -> str:
+    """Normalised text with runs of initials joined (``P. J. O'Rourke`` and ``P.J. O'Rourke``: ``pj orourke``)."""
+    return _INITIALS.sub(r"\1", normalize(text))
+
+
+def _first_mention(said: str, names: tuple[str, ...]) -> tuple[int, int] | None:
+    """Where in the padded, squashed output the option is first named (a whole-word match of any of its names):
+    its start and end."""
+    found = [(said.find(f" {n} "), len(n)) for n in map(_squash, names) if n and f" {n} " in said]
+    return min((at, at + size + 1) for at, size in found) if found else None
+
+
+def _picks_first(between: list[str]) -> bool:
+    """The words between the first two options named make the first one the answer: a comparative (``_PICK``)
+    without a negation, or a negation just before the second (``A, and not B``); ``A is not older than B``
+    picks neither."""
+    compares, negates = bool(_PICK & set(between)), bool(_NOT & set(between))
+    return (compares and not negates) or (not compares and bool(_NOT & set(between[-3:])))
+
+
+def hedge(prediction: str, question: str, golds: Sequence[str], kind: str | None = None) -> bool:
+    """Whether ``prediction`` names more than one of the question's ``options`` (SQuAD-normalised, whole words)
+    without picking the gold one, so that SubEM credits it whichever option were gold. Naming two options
+    answers only where the first one named is the gold one and the words up to the second make it the answer:
+    ``A is older than B``, ``A ..., compared to B``, ``A, not B`` (``_picks_first``); ``A or B``,
+    ``A ..., while B ...`` and ``yes ... no`` pick nothing. A question that offers no options never hedges."""
+    offered = options(question, golds, kind)
+    said = f" {_squash(prediction)} "
+    named = sorted((m, o) for o in offered if (m := _first_mention(said, o.names)) is not None)
+    if len(named) < 2:
+        return False
+    ((_, end), first), ((start, _), _second) = named[:2]
+    return not (len(named) == 2 and first.gold and _picks_first(said[end:start].split()))
 
 
 def em(prediction: str, golds: Iterable[str]) -> float:

@@ -18,11 +18,11 @@ import errno
 import hashlib
 import json
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.metrics import corpus_cr, echo
+from harness.metrics import corpus_cr, echo, hedge
 from harness.renames import relocated
 
 PREDICTIONS, LATENCY, SUMMARY, RUN = "predictions.jsonl", "latency.jsonl", "summary.json", "run.json"
@@ -185,16 +185,53 @@ def echoed(record: dict[str, Any]) -> bool:
     return echo(record.get("prediction") or "", record.get("question") or "", record.get("context") or "")
 
 
+def _share(predictions: Sequence[dict[str, Any]], flag: Callable[[dict[str, Any]], bool]) -> float | None:
+    """Percent of examples whose record is flagged."""
+    return 100.0 * sum(map(flag, predictions)) / len(predictions) if predictions else None
+
+
+def _points(predictions: Sequence[dict[str, Any]], flag: Callable[[dict[str, Any]], bool]) -> float | None:
+    """The points of SubEM (percent of all examples) earned by the flagged records."""
+    return 100.0 * sum(r["subem"] for r in predictions if flag(r)) / len(predictions) if predictions else None
+
+
 def echo_share(predictions: Sequence[dict[str, Any]]) -> float | None:
     """Percent of examples whose prediction echoes the prompt instead of answering."""
-    return 100.0 * sum(map(echoed, predictions)) / len(predictions) if predictions else None
+    return _share(predictions, echoed)
 
 
 def subem_from_echo(predictions: Sequence[dict[str, Any]]) -> float | None:
     """The points of SubEM (percent of all examples) earned by predictions that echo the prompt."""
-    if not predictions:
-        return None
-    return 100.0 * sum(r["subem"] for r in predictions if echoed(r)) / len(predictions)
+    return _points(predictions, echoed)
+
+
+def hedged(record: dict[str, Any]) -> bool:
+    """The record's ``hedge`` flag (``harness.metrics.hedge``), recounted from its prediction, question and gold
+    answers for records written before the flag."""
+    flag = record.get("hedge")
+    if flag is not None and flag == flag:  # a table's missing value (NaN) is recounted too
+        return bool(flag)
+    return hedge(record.get("prediction") or "", record.get("question") or "", record.get("answers") or ())
+
+
+def hedge_share(predictions: Sequence[dict[str, Any]]) -> float | None:
+    """Percent of examples whose prediction names more than one option of a comparison question (``hedged``)."""
+    return _share(predictions, hedged)
+
+
+def subem_from_hedge(predictions: Sequence[dict[str, Any]]) -> float | None:
+    """The points of SubEM (percent of all examples) earned by predictions that hedge."""
+    return _points(predictions, hedged)
+
+
+def strict_subem(record: dict[str, Any]) -> float:
+    """One record's SubEM for an answer that chooses: 0 where it hedges or echoes the prompt."""
+    return 0.0 if hedged(record) or echoed(record) else float(record["subem"])
+
+
+def subem_strict(predictions: Sequence[dict[str, Any]]) -> float | None:
+    """SubEM (percent) with hedged and echoed predictions scored 0: "SubEM (answers that choose)"."""
+    return 100.0 * sum(map(strict_subem, predictions)) / len(predictions) if predictions else None
 
 
 def _mean(xs: Sequence[float]) -> float | None:
@@ -208,13 +245,15 @@ def summarize(predictions: Sequence[dict[str, Any]], latency: Sequence[dict[str,
     ``failed_ids``, the first 100) and left out of every figure; ``n`` counts the scored examples.
 
     ``subem``/``em``/``f1`` are percentages; ``echo`` is the percent of predictions that echo the prompt
-    (``harness.metrics.echo``) and ``subem_from_echo`` the SubEM points they earned. ``cr`` is the ratio of sums
-    over every example (an empty context counts its original tokens against zero compressed ones), ``cr_nonempty``
-    the same over the examples whose context is non-empty, ``kept_nothing`` the share whose context is empty. Two
-    timing protocols, never mixed: latency (``compress_s``, ``online_latency_s`` = generation, ``total_latency_s``)
-    comes only from the batch-1 sample (``latency_protocol: batch1``; None without one), throughput only from the
-    accuracy pass, amortised over its batches (``batched``: seconds per example, with ``uniform`` false when its
-    records were timed at more than one batch size or thread count, e.g. a run resumed under other settings).
+    (``harness.metrics.echo``) and ``subem_from_echo`` the SubEM points they earned; ``hedge`` and ``subem_from_hedge``
+    the same for predictions that name more than one option of a comparison question (``harness.metrics.hedge``), and
+    ``subem_strict`` SubEM with hedged and echoed predictions scored 0. ``cr`` is the ratio of sums over every example
+    (an empty context counts its original tokens against zero compressed ones), ``cr_nonempty`` the same over the
+    examples whose context is non-empty, ``kept_nothing`` the share whose context is empty. Two timing protocols, never
+    mixed: latency (``compress_s``, ``online_latency_s`` = generation, ``total_latency_s``) comes only from the batch-1
+    sample (``latency_protocol: batch1``; None without one), throughput only from the accuracy pass, amortised over its
+    batches (``batched``: seconds per example, with ``uniform`` false when its records were timed at more than one batch
+    size or thread count, e.g. a run resumed under other settings).
     """
     failed = [r["id"] for r in predictions if "error" in r]
     predictions = [r for r in predictions if "error" not in r]
@@ -223,6 +262,8 @@ def summarize(predictions: Sequence[dict[str, Any]], latency: Sequence[dict[str,
     for m in ("subem", "em", "f1"):
         out[m] = None if n == 0 else 100.0 * sum(r[m] for r in predictions) / n
     out["echo"], out["subem_from_echo"] = echo_share(predictions), subem_from_echo(predictions)
+    out["hedge"], out["subem_from_hedge"] = hedge_share(predictions), subem_from_hedge(predictions)
+    out["subem_strict"] = subem_strict(predictions)
     out["cr"], out["cr_mean"] = corpus_cr(
         [r["original_tokens"] for r in predictions], [r["compressed_tokens"] for r in predictions]
     )

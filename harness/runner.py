@@ -92,6 +92,7 @@ def _record(
         "meta": with_truncation(comp.meta, getattr(gen, "truncated", None)),
         **metrics.score(gen.answer, ex.answers),
         "echo": metrics.echo(gen.answer, ex.question, context),
+        "hedge": metrics.hedge(gen.answer, ex.question, ex.answers, ex.meta.get("type")),
     }
 
 

@@ -3,7 +3,7 @@
 ``python -m leaderboard archive <results> [<results> ...] leaderboard/runs`` copies the newest run of every
 (profile, generator, dataset, variant) under the results roots into ``leaderboard/runs/<same relative path>``:
 ``summary.json``, ``run.json``, the Hydra ``override_dirname`` (what names a variant) and the prediction records
-cut to what the leaderboard reads (id, question, answers, prediction, echo flag, scores, token counts, latencies,
+cut to what the leaderboard reads (id, question, answers, prediction, flags, scores, token counts, latencies,
 a hash of the context: no passage text) and the generator's raw reply (a run can be re-scored under another answer
 rule, ``harness.metrics.ANSWER_RULES``, without running it again). A run already archived under the same key is
 replaced only by a newer one, so runs of several sessions accumulate;
@@ -32,6 +32,7 @@ KEEP = (
     "prediction",
     "raw_output",
     "echo",
+    "hedge",
     "subem",
     "em",
     "f1",

@@ -28,9 +28,12 @@ from harness.records import (
     SUMMARY,
     cr_nonempty,
     echo_share,
+    hedge_share,
     kept_nothing,
     read_jsonl,
     subem_from_echo,
+    subem_from_hedge,
+    subem_strict,
 )
 
 KEY = ["profile", "generator", "dataset", "variant"]
@@ -45,6 +48,9 @@ NUMERIC = (
     "f1",
     "echo",
     "subem_from_echo",
+    "hedge",
+    "subem_from_hedge",
+    "subem_strict",
     "cr",
     "cr_mean",
     "original_tokens",
@@ -64,6 +70,9 @@ RECOUNTED = {
     "cr_nonempty": cr_nonempty,
     "echo": echo_share,
     "subem_from_echo": subem_from_echo,
+    "hedge": hedge_share,
+    "subem_from_hedge": subem_from_hedge,
+    "subem_strict": subem_strict,
 }
 
 

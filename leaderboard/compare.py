@@ -5,7 +5,7 @@ under ``RUNS`` (one profile and generator block: where several hold both, the bl
 ``publish`` heads the page, unless ``--generator`` picks another), pairs
 their records on the example ids they share, and prints the wins, losses and ties of A against B on SubEM with
 the paired bootstrap difference, then every question where their SubEM differs: the question, the gold answers,
-both answers with their CR and echo flag, and each kept context where the run folder holds it (archived runs
+both answers with their CR, echo and hedge flags, and each kept context where the run folder holds it (archived runs
 keep only its hash). Nothing here loads a model.
 """
 
@@ -19,7 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 from harness.metrics import compression_ratio
-from harness.records import echoed
+from harness.records import echoed, hedged
 from harness.stats import paired_bootstrap
 from leaderboard.collect import collect, read_records
 from leaderboard.headline import newest_block
@@ -124,7 +124,11 @@ def report(c: Comparison, contexts: bool = True) -> Iterator[str]:
         yield _indent(a.get("question", "?"), "  question: ")
         yield _indent(" | ".join(a["answers"]), "  gold:     ")
         for tag, r in (("A", a), ("B", b)):
-            flags = f"SubEM {r['subem']:.0f}, CR {_cr(r)}" + (", ECHO" if echoed(r) else "")
+            flags = (
+                f"SubEM {r['subem']:.0f}, CR {_cr(r)}"
+                + (", ECHO" if echoed(r) else "")
+                + (", HEDGE" if hedged(r) else "")
+            )
             yield _indent(r["prediction"] or "(empty)", f"  {tag} {flags}: ")
             if contexts:
                 yield _indent(_context(r), f"  {tag} context: ")

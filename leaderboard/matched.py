@@ -3,7 +3,7 @@
 Runs of one dataset take the first ``limit`` questions of the same split, but not the same ``limit``: a row at
 n=50 and a row at n=200 differ by their questions as well as by their method. ``matched`` keeps, per
 (profile, generator, dataset), the rows with at least ``min_n`` records, intersects their example ids and
-recomputes SubEM, EM, F1, echo and CR of every row on that intersection from its ``predictions.jsonl``. Rows under
+recomputes SubEM, EM, F1, echo, hedge and CR of every row on that intersection from ``predictions.jsonl``. Rows under
 ``min_n`` are left out (and listed), so that one short run does not shrink everyone's sample.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 import pandas as pd
 
 from harness.metrics import corpus_cr
-from harness.records import echo_share, subem_from_echo
+from harness.records import echo_share, hedge_share, subem_from_echo, subem_from_hedge, subem_strict
 from leaderboard.collect import METRICS, read_records
 
 MIN_N = 50
@@ -40,6 +40,8 @@ def matched(runs: pd.DataFrame, min_n: int = MIN_N) -> tuple[pd.DataFrame, pd.Da
             row["cr"], row["cr_mean"] = corpus_cr(list(p.original_tokens), list(p.compressed_tokens))
             shared = [r for r in recs[i] if r["id"] in common]
             row["echo"], row["subem_from_echo"] = echo_share(shared), subem_from_echo(shared)
+            row["hedge"], row["subem_from_hedge"] = hedge_share(shared), subem_from_hedge(shared)
+            row["subem_strict"] = subem_strict(shared)
             kept.append(row)
     out = pd.DataFrame(kept).reset_index(drop=True) if kept else runs.iloc[0:0].assign(ids=None)
     return out, runs.loc[left].reset_index(drop=True)

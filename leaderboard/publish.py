@@ -10,15 +10,17 @@ Files written under ``out``:
   Table 2 appears twice: with every row at its own n, and re-scored on the questions its rows share
   (``leaderboard.matched``; rows under ``min_n`` records are left out and named).
   Then the empty contexts: per row and dataset, the share of questions whose context came back empty and the
-  CR over the non-empty ones.
+  CR over the non-empty ones. After the diagnostics, "Answers that choose": SubEM beside SubEM with hedged and
+  echoed predictions scored 0, its paired test against ``full``, and the hedge and echo shares.
   Last, ``leaderboard.retrieval``'s views: "When retrieval fails" (000 Table 7: the rows on the questions whose
   passages hold no gold answer, and on the others, the paper's figures under them) and "More passages" (rows run with
   ``dataset.top_k``, kept out of every other table, beside the default k).
 - ``runs.csv`` (every collected column; run folders relative to the published folder),
   ``table2_<profile>_<generator>.csv`` / ``.tex``,
   ``table2_shared_<profile>_<generator>.csv``, ``empty_contexts_<profile>_<generator>.csv``, ``latency.csv``,
-  ``comparison_<profile>_<generator>.csv``, ``reference.csv`` (a copy of the papers' numbers),
-  ``unreliable_<profile>_<generator>.csv``, ``more_passages_<profile>_<generator>.csv`` (where it has rows).
+  ``comparison_<profile>_<generator>.csv``, ``answers_that_choose_<profile>_<generator>.csv``, ``reference.csv``
+  (a copy of the papers' numbers), ``unreliable_<profile>_<generator>.csv``,
+  ``more_passages_<profile>_<generator>.csv`` (where it has rows).
 - ``subem_vs_cr_<profile>_<generator>.png``, ``latency_<profile>_<generator>.png``.
 - ``latency_pass.csv``: the latency passes found under ``results`` (``latency-pass-*.jsonl``, written by
   ``python -m tools.latency_pass``) with their figures against ``full`` (``leaderboard.passes``: within a pass and
@@ -349,6 +351,32 @@ def _diagnostics_block(page: _Page, g: pd.DataFrame) -> None:
             page.html("Method diagnostics", html.frame_html(pd.DataFrame(r, columns=h)))
 
 
+def _choose_block(page: _Page, g: pd.DataFrame, profile: str, gen: str, baseline: str) -> None:
+    """SubEM beside "SubEM (answers that choose)" (``tables.answers_that_choose``), its paired test against
+    ``baseline``, the hedge and echo shares, and the rows whose verdict against ``baseline`` changes."""
+    frame = tables.answers_that_choose(g, profile, gen, baseline)
+    if frame.empty:
+        return
+    csv = page.out / f"answers_that_choose_{_slug(profile, gen)}.csv"
+    frame.to_csv(csv, index=False)
+    page.written.append(csv)
+    verdicts = frame.columns[5]
+    changed = frame[frame[verdicts].str.contains("→")]
+    moves = "; ".join(f"`{r.Method}` {r.Dataset}: {r[verdicts]}" for _, r in changed.iterrows()) or "none"
+    text = (
+        "SubEM credits a prediction that contains a gold answer, so one that names both options of a comparison "
+        "question ('A or B', 'A is a band, while B is a band') scores whichever is gold. A hedge names more than "
+        "one of the options a question offers ('A or B', 'A, B or C', yes/no) without picking the gold one "
+        "('A is older than B' and 'A, not B' pick A; `harness.metrics.hedge`). SubEM (answers that choose) scores "
+        f"hedged and echoed predictions 0; Δ is its paired difference from `{baseline}` ({tables.DAGGER} not "
+        f"significant, 95%). The headline metric stays SubEM. Verdicts against `{baseline}` that change under "
+        f"the strict column: {moves}.\n"
+    )
+    head = page.h(3, "Answers that choose")
+    page.md.append(f"{head}\n\n{text}\n{tables.markdown(list(frame.columns), frame.values.tolist())}\n")
+    page.html("Answers that choose", html.note(text) + html.frame_html(frame))
+
+
 def _pass_rows(rows: pd.DataFrame, apart: bool) -> tuple[list[str], list[list[str]]]:
     """A latency table (``leaderboard.passes``): the side-by-side rows (each naming its pass, with the ``full``
     seconds of that pass beside its own), or the rows shown apart."""
@@ -558,6 +586,7 @@ def _block(page: _Page, d: _Data, profile: str, gen: str, baseline: str, min_n: 
     _plot(page, "latency", d.lat, profile, gen)
     _shared_block(page, d.full, d.shared, d.short, profile, gen, min_n)
     _diagnostics_block(page, g)
+    _choose_block(page, g, profile, gen, baseline)
     _comparison_block(page, d.full, d.ref, g, profile, gen)
     _retrieval_block(page, d, profile, gen, baseline)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from harness.records import strict_subem
 from harness.stats import (
     LEVEL,
     RESAMPLES,
@@ -20,6 +21,11 @@ from harness.stats import (
     paired_bootstrap,
 )
 from leaderboard.collect import METRICS, read_predictions
+
+# The metrics given intervals and the paired test: SubEM, EM, F1 and SubEM with hedged and echoed answers scored 0
+# (``harness.records.strict_subem``: "SubEM (answers that choose)").
+STRICT = "subem_strict"
+TESTED = (*METRICS, STRICT)
 
 __all__ = [
     "LEVEL",
@@ -38,19 +44,26 @@ def _records(r: pd.Series) -> pd.DataFrame:
     ids = r.get("ids")
     if isinstance(ids, frozenset):
         p = read_predictions(r.folder, None if pd.isna(r.n_run) else int(r.n_run))
-        return p[p.id.isin(ids)] if "id" in p else p
-    return read_predictions(r.folder, None if pd.isna(r.n) else int(r.n))
+        return _with_strict(p[p.id.isin(ids)] if "id" in p else p)
+    return _with_strict(read_predictions(r.folder, None if pd.isna(r.n) else int(r.n)))
+
+
+def _with_strict(p: pd.DataFrame) -> pd.DataFrame:
+    """The records with their ``subem_strict`` (``harness.records.strict_subem``) as a column."""
+    if p.empty or "subem" not in p:
+        return p
+    return p.assign(**{STRICT: [strict_subem(r) for r in p.to_dict("records")]})
 
 
 def add_uncertainty(
     table: pd.DataFrame, baseline: str = "full", resamples: int = RESAMPLES, seed: int = SEED
 ) -> pd.DataFrame:
-    """Add ``<m>_lo``/``<m>_hi`` (95% interval) and, against the ``baseline`` variant of the same profile,
-    generator and dataset, ``d_<m>``, ``d_<m>_lo``, ``d_<m>_hi``, ``p_<m>``, ``sig_<m>`` for SubEM, EM and F1;
-    ``n_paired`` is the number of shared example ids, ``disagree_subem`` the share of them where the two SubEMs
-    differ. ``recomputed`` says whether the summary's SubEM/EM/F1 equal the means of the records they were
-    computed from. A row with ``ids`` (``leaderboard.matched``) is read up to its ``n_run`` records and cut to
-    those ids."""
+    """Add ``<m>_lo``/``<m>_hi`` (95% interval) and, against the ``baseline`` variant of the same profile, generator
+    and dataset, ``d_<m>``, ``d_<m>_lo``, ``d_<m>_hi``, ``p_<m>``, ``sig_<m>`` for SubEM, EM, F1 and
+    ``subem_strict`` (``TESTED``); ``n_paired`` is the number of shared example ids, ``disagree_subem`` the share of
+    them where the two SubEMs differ. ``recomputed`` says whether the summary's SubEM/EM/F1 equal the means of the
+    records they were computed from. A row with ``ids`` (``leaderboard.matched``) is read up to its ``n_run``
+    records and cut to those ids."""
     out = table.copy()
     preds = {i: _records(r) for i, r in out.iterrows()}
     cols: dict[str, list] = {}
@@ -68,7 +81,7 @@ def add_uncertainty(
                 abs(100 * p[m].mean() - float(r[m])) < 1e-6 for m in METRICS if r[m] is not None and not pd.isna(r[m])
             ),
         )
-        for m in METRICS:
+        for m in TESTED:
             ci = bootstrap_ci(p[m] if ok else [], resamples, seed)
             put(f"{m}_lo", ci.lo)
             put(f"{m}_hi", ci.hi)
@@ -82,7 +95,7 @@ def add_uncertainty(
         both = p.merge(bp, on="id", suffixes=("", "_b")) if ok and not bp.empty and "id" in bp else pd.DataFrame()
         put("n_paired", len(both) if len(both) else None)
         put("disagree_subem", float((both.subem != both.subem_b).mean()) if len(both) else None)
-        for m in METRICS:
+        for m in TESTED:
             t = paired_bootstrap(both[m], both[f"{m}_b"], resamples, seed) if len(both) else None
             put(f"d_{m}", t.delta if t else None)
             put(f"d_{m}_lo", t.lo if t else None)

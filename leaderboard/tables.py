@@ -371,3 +371,53 @@ def diagnostics(df: pd.DataFrame) -> list[tuple[list[str], list[list[str]]]]:
         ]
         out.append((head, rows))
     return out
+
+
+# "Answers that choose" (harness.metrics.hedge): SubEM beside the SubEM of answers that neither hedge between a
+# comparison question's options nor echo the prompt, and its paired test against ``full``.
+CHOOSE_HEAD = (
+    "Method",
+    "Dataset",
+    "SubEM",
+    "SubEM (answers that choose)",
+    "Δ vs full (answers that choose)",
+    "Verdict vs full: SubEM → answers that choose",
+    "Hedge %",
+    "SubEM from hedge",
+    "Echo %",
+    "SubEM from echo",
+)
+
+
+def verdict(r, metric: str, baseline: str = "full") -> str:
+    """Where a row stands against ``baseline`` on ``metric`` by the paired test: above, below or level ('-' for
+    the baseline itself or a row without the test)."""
+    d, sig = _num(getattr(r, f"d_{metric}", None)), getattr(r, f"sig_{metric}", None)
+    if r.variant == baseline or d is None or sig is None or pd.isna(sig):
+        return "-"
+    return ("above" if d > 0 else "below") if bool(sig) else "level"
+
+
+def answers_that_choose(df: pd.DataFrame, profile: str, generator: str, baseline: str = "full") -> pd.DataFrame:
+    """Per row and dataset of a block: SubEM, SubEM with hedged and echoed answers scored 0 (``subem_strict``) and
+    its difference from ``baseline`` (``d_subem_strict``, † where not significant), the verdict against
+    ``baseline`` on SubEM and on the strict column (``a → b`` where they differ), and the hedge and echo shares
+    with the SubEM points they earned."""
+    g = ordered(df[(df.profile == profile) & (df.generator == generator)])
+    rows = []
+    for r in g.itertuples():
+        d = _num(getattr(r, "d_subem_strict", None))
+        mark = "" if getattr(r, "sig_subem_strict", None) else f" {DAGGER}"
+        before, after = verdict(r, "subem", baseline), verdict(r, "subem_strict", baseline)
+        rows.append(
+            [
+                r.variant,
+                label(r.dataset),
+                fmt(r.subem),
+                fmt(getattr(r, "subem_strict", None)),
+                "-" if d is None else f"{d:+.2f}{mark}",
+                before if before == after else f"{before} → {after}",
+                *(fmt(getattr(r, m, None)) for m in ("hedge", "subem_from_hedge", "echo", "subem_from_echo")),
+            ]
+        )
+    return pd.DataFrame(rows, columns=list(CHOOSE_HEAD))

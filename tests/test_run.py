@@ -31,6 +31,8 @@ RECORD_FIELDS = {
     "subem",
     "em",
     "f1",
+    "echo",
+    "hedge",
 }
 SUMMARY_FIELDS = {
     "method",
@@ -39,6 +41,9 @@ SUMMARY_FIELDS = {
     "subem",
     "em",
     "f1",
+    "hedge",
+    "subem_from_hedge",
+    "subem_strict",
     "cr",
     "cr_mean",
     "compress_s",
@@ -51,7 +56,7 @@ SUMMARY_FIELDS = {
     "git",
     "hardware",
 }
-METRIC_KEYS = ("n", "subem", "em", "f1", "cr", "cr_mean", "original_tokens", "compressed_tokens")
+METRIC_KEYS = ("n", "subem", "em", "f1", "subem_strict", "cr", "cr_mean", "original_tokens", "compressed_tokens")
 
 
 def compose_cfg(*overrides: str):
