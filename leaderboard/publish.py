@@ -322,7 +322,7 @@ def _table2_block(page: _Page, full: pd.DataFrame, profile: str, gen: str, basel
     title = f"Table 2 layout (n = {', '.join(map(str, ns))}: each row's n below the table; sample: {samples})"
     notes = _n_note(g) + _alias_note(g) + _elsewhere_note(t2, gen) + _power_note(g, baseline)
     more = ", ".join(tables.METRIC_LABELS.get(m, m) for m in tables.diagnostic_metrics())
-    notes += f"\nPer dataset: SubEM and CR; {more}: the Table 2 diagnostics below.\n"
+    notes += f"\nPer dataset: SubEM and CR; {more}: the Table 2 diagnostics, under Diagnostics.\n"
     page.md.append(
         f"{page.h(2, f'Profile `{profile}`, generator `{gen}`')}\n\n{page.h(3, title)}\n\n"
         f"{tables.markdown(head, rows)}\n{notes}"
@@ -336,7 +336,8 @@ def _table2_block(page: _Page, full: pd.DataFrame, profile: str, gen: str, basel
         f"those as compressed to nothing and is never bold. {tables.ELSEWHERE}: trained through another generator."
     )
     table = _table(head, rows, "table2" if not page.archive else "", _others(t2))
-    page.html(title, html.beside(table, html.note(key) + html.note(notes)))
+    side = html.note(key) + "".join(html.note(line) for line in notes.split("\n") if line.strip())
+    page.html(title, html.beside(table, side))
     tables.table2_csv(t2).to_csv(out / f"table2_{slug}.csv", index=False)
     caption = (
         f"SubEM / F1 / CR, profile {profile}, generator {gen}; best in bold (oracles excluded); "
@@ -356,13 +357,14 @@ def _table2_diagnostics_block(page: _Page, full: pd.DataFrame, profile: str, gen
     metrics = tables.diagnostic_metrics()
     if not metrics:
         return
-    head, rows = tables.table2_rows(tables.table2(full, profile, gen), metrics=metrics, aliases=False)
+    t2 = tables.table2(full, profile, gen)
+    head, rows = tables.table2_rows(t2, metrics=metrics, aliases=False)
     text = (
         "Per row and dataset, beside Table 2's SubEM and CR: Echo % (answers that repeat the prompt instead of "
         "answering, `harness.metrics.echo`), the SubEM those echoes earned, and token F1; marks as in Table 2."
     )
     page.md.append(f"{page.h(3, 'Table 2 diagnostics')}\n\n{text}\n\n{tables.markdown(head, rows)}\n")
-    page.html("Table 2 diagnostics", html.note(text) + _table(head, rows))
+    page.html("Table 2 diagnostics", html.note(text) + _table(head, rows, groups=_others(t2)))
 
 
 def _shared_block(page: _Page, full, shared, short, profile: str, gen: str, min_n: int) -> None:
@@ -439,6 +441,21 @@ def _pass_rows(rows: pd.DataFrame, apart: bool) -> tuple[list[str], list[list[st
     return head, out
 
 
+def _pass_compact(head: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+    """The headline pass at a glance: per variant and dataset, total time against ``full``'s and the break-even."""
+    ds = list(dict.fromkeys(head.dataset))
+    cols = ["Method"] + [f"{label(d)} {m}" for d in ds for m in ("total vs full", "break-even")]
+    rows = []
+    for v, g in head.groupby("variant", sort=False):
+        by = g.set_index("dataset")
+        cells = [v]
+        for d in ds:
+            r = by.loc[d] if d in by.index else None
+            cells += ["-", "-"] if r is None else [fmt(r.total_vs_full_ratio, "{:.2f}×"), fmt(r.break_even, "{:.2f}")]
+        rows.append(cells)
+    return cols, rows
+
+
 def _pass_block(page: _Page, all_passes: pd.DataFrame, profile: str, gen: str, baseline: str) -> None:
     """Latency side by side: per dataset, the block's newest latency pass there (every row against the ``full``
     of that pass, on its CPU), then any row timed in another pass or on another CPU, apart."""
@@ -470,7 +487,14 @@ def _pass_block(page: _Page, all_passes: pd.DataFrame, profile: str, gen: str, b
             "generation s saved against `full`) are computed within each repeat, then averaged.\n\n"
             f"{tables.markdown(h, rows)}\n"
         )
-        page.html("Latency side by side (one pass, one machine)", html.frame_html(pd.DataFrame(rows, columns=h)))
+        ch, cr_ = _pass_compact(head)
+        every = html.folded(f"Every row's seconds, CPU and threads ({len(rows)} rows)", pd.DataFrame(rows, columns=h))
+        key = html.note(
+            f"Per dataset: total seconds (compression + generation) as a multiple of {baseline}'s in the same pass, "
+            f"and the break-even (compression s / generation s saved against {baseline}; below 1 it pays for "
+            f"itself). {which}."
+        )
+        page.html("Latency side by side (one pass, one machine)", html.beside(_table(ch, cr_), key) + every)
     if not apart.empty:
         h, rows = _pass_rows(apart, apart=True)
         text += (

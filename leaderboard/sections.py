@@ -45,7 +45,8 @@ SECTIONS: tuple[Section, ...] = (
         "More passages",
         "What does each method lose when the generator is given more passages, and so more noise (k = 5 against "
         "k = 10)?",
-        "Not measured yet: every headline row reads the passages its dataset's default top-k gives.",
+        "Not measured yet on this page: no view puts a row read with more passages beside the same row read with "
+        "the default top-k.",
     ),
     Section(
         "diagnostics",
