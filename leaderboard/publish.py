@@ -2,26 +2,27 @@
 
 Files written under ``out``:
 - ``leaderboard.md``: the headline (profile, generator) block first (``leaderboard.headline``: ``headline``, or
-  the block of the newest run), every other block after it under "Archive". Per block: CompSelect's Table 2
-  layout (a variant identical to another shown once, its alias named), the SubEM-CR plot, latency and
-  break-even, the 95% intervals and paired tests against ``full``, our rows beside the paper's (difference,
-  setting-tagged); then the papers' numbers of every other setting, each in its own table; ``NOTES.md`` beside
-  the runs is linked, not pasted.
-  Table 2 appears twice: with every row at its own n, and re-scored on the questions its rows share
-  (``leaderboard.matched``; rows under ``min_n`` records are left out and named).
-  Then the empty contexts: per row and dataset, the share of questions whose context came back empty and the
-  CR over the non-empty ones.
+  the block of the newest run), then the page's other sections in order (``leaderboard.sections``; ``VIEWS``
+  lists each one's views), every other block under "Archive". The headline: the compact Table 2 (SubEM and CR
+  per dataset; a variant identical to another shown once, its alias named), the SubEM-CR plot, latency side by
+  side and break-even. Diagnostics: the Table 2 diagnostics table (echo, SubEM from echo, F1), Table 2 re-scored
+  on the questions its rows share (``leaderboard.matched``; rows under ``min_n`` records are left out and named),
+  the empty contexts (per row and dataset, the share of questions whose context came back empty and the CR over
+  the non-empty ones), the 95% intervals and paired tests against ``full``, the methods' own diagnostics. Beside
+  the papers: our rows beside the paper's (difference, setting-tagged), then the papers' numbers of every
+  setting, each in its own table. ``NOTES.md`` beside the runs is linked, not pasted.
 - ``runs.csv`` (every collected column; run folders relative to the published folder),
-  ``table2_<profile>_<generator>.csv`` / ``.tex``,
+  ``table2_<profile>_<generator>.csv`` / ``.tex`` (every Table 2 column),
   ``table2_shared_<profile>_<generator>.csv``, ``empty_contexts_<profile>_<generator>.csv``, ``latency.csv``,
   ``comparison_<profile>_<generator>.csv``, ``reference.csv`` (a copy of the papers' numbers).
-- ``subem_vs_cr_<profile>_<generator>.png``, ``latency_<profile>_<generator>.png``.
+- ``subem_vs_cr_<profile>_<generator>.png`` and ``.svg`` (the page's, with a hover title per point),
+  ``latency_<profile>_<generator>.png``.
 - ``latency_pass.csv``: the latency passes found under ``results`` (``latency-pass-*.jsonl``, written by
   ``python -m tools.latency_pass``) with their figures against ``full`` (``leaderboard.passes``: within a pass and
   CPU only); each block shows its newest pass as "Latency side by side", rows of other passes apart.
-- ``index.html``: one self-contained page, in the same order (the grid of every run folded behind its filters),
-  and after the headline block a view comparing any two of its rows question by question
-  (``leaderboard.compare_view``).
+- ``index.html``: one self-contained page in the same sections, a contents bar linking them; the headline's
+  "Two rows, question by question" compares any two of its rows (``leaderboard.compare_view``), "All runs" holds
+  the grid of every run (folded behind its filters) and their provenance.
 """
 
 from __future__ import annotations
@@ -359,9 +360,11 @@ def _table2_diagnostics_block(page: _Page, full: pd.DataFrame, profile: str, gen
         return
     t2 = tables.table2(full, profile, gen)
     head, rows = tables.table2_rows(t2, metrics=metrics, aliases=False)
+    named = ", ".join(tables.METRIC_LABELS.get(m, m) for m in metrics)
     text = (
-        "Per row and dataset, beside Table 2's SubEM and CR: Echo % (answers that repeat the prompt instead of "
-        "answering, `harness.metrics.echo`), the SubEM those echoes earned, and token F1; marks as in Table 2."
+        f"Per row and dataset, beside Table 2's SubEM and CR: {named}; marks as in Table 2. Echo %: answers that "
+        "repeat the prompt instead of answering (`harness.metrics.echo`); SubEM from echo: the SubEM points those "
+        "echoes earned; F1: token F1."
     )
     page.md.append(f"{page.h(3, 'Table 2 diagnostics')}\n\n{text}\n\n{tables.markdown(head, rows)}\n")
     page.html("Table 2 diagnostics", html.note(text) + _table(head, rows, groups=_others(t2)))
@@ -747,7 +750,7 @@ def publish(
     )
     page.parts["grid"] = [html.runs_html(_portable(full, out))]
     rest = [b for b in tables.groups(shown) if b != top]
-    page.md.append(f"## Archive\n\n*{by_id('archive').question}*\n")
+    page.md.append(f"## Archive\n\n*{by_id('archive').question}*\n" + ("" if rest else f"\n{by_id('archive').empty}\n"))
     page.archive, page.depth = True, 1
     for profile, gen in rest:
         _block(page, d, profile, gen, baseline, min_n)
