@@ -210,7 +210,16 @@ def draw_subem_vs_cr(df: pd.DataFrame, profile: str, generator: str) -> Drawn:
         if texts:
             xs = [p[0] for p in targets] + [float(v) for ln in ax.lines for v in ln.get_xdata()[:1]]
             ys = [p[1] for p in targets] + [float(v) for ln in ax.lines for v in ln.get_ydata()[:1]]
-            adjust_text(texts, x=xs, y=ys, ax=ax, expand=(1.1, 1.3), iter_lim=150, ensure_inside_axes=True)
+            adjust_text(
+                texts,
+                x=xs,
+                y=ys,
+                ax=ax,
+                expand=(1.15, 1.4),
+                force_static=(0.3, 0.5),
+                iter_lim=150,
+                ensure_inside_axes=True,
+            )
             _separate(ax, texts, renderer)
             _leaders(ax, texts, targets, renderer)
         drawn.labels += texts
