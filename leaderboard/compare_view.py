@@ -4,7 +4,9 @@ The rows' records (the scored examples each summary was computed from) are embed
 the question ids, every question's text and gold answers, the distinct answers (cut to ``ANSWER_CHARS``), and per
 variant an array aligned with the ids (null where the row lacks the question) of its SubEM, CR, echo flag and the
 index of its answer: rows that answer alike (the same context often gives the same answer) share one string, which
-keeps a block with every test question under the size a page should have. Two selects
+keeps a block with every test question under the size a page should have; the whole is gzipped and base64-encoded
+(``pack``), unpacked by the browser's ``DecompressionStream`` (the page stays one offline file: a ``fetch`` of a file
+beside it fails over ``file://``); ``#cmp`` gets ``data-ready`` once the view is filled. Two selects
 pick rows A and B of one dataset; the page pairs them on their shared questions and shows A's wins, losses and
 ties on SubEM, the difference in points, and every question where they differ: the question, the golds, both
 answers with their SubEM, CR and echo flag. Kept contexts stay out of the page (the command line shows them where
@@ -13,6 +15,8 @@ the run folder holds them). Nothing here loads a model.
 
 from __future__ import annotations
 
+import base64
+import gzip
 import json
 from typing import Any
 
@@ -25,7 +29,10 @@ from leaderboard.collect import read_records
 ANSWER_CHARS = 80  # the start of each answer; `python -m leaderboard compare` prints them whole
 
 JS = """
-(()=>{const data=JSON.parse(document.getElementById('cmp-data').textContent);
+(async()=>{const packed=Uint8Array.from(atob(document.getElementById('cmp-data').textContent.trim()),
+  c=>c.charCodeAt(0));
+const data=JSON.parse(await new Response(new Blob([packed]).stream()
+  .pipeThrough(new DecompressionStream('gzip'))).text());
 const $=id=>document.getElementById(id);
 function opts(sel,values,pick){sel.replaceChildren(...values.map(v=>{const o=document.createElement('option');
   o.value=v;o.textContent=v;return o;}));if(values.includes(pick))sel.value=pick;}
@@ -47,7 +54,7 @@ function show(){const d=data[$('cmp-d').value],A=d.rows[$('cmp-a').value],B=d.ro
   $('cmp-out').textContent=`${$('cmp-a').value} vs ${$('cmp-b').value}: ${n} shared questions; SubEM `+
     `${w} wins, ${l} losses, ${n-w-l} ties for A; difference ${diff>=0?'+':''}${diff.toFixed(1)} points`;}
 opts($('cmp-d'),Object.keys(data));$('cmp-d').addEventListener('change',variants);
-['cmp-a','cmp-b'].forEach(k=>$(k).addEventListener('change',show));variants();})();
+['cmp-a','cmp-b'].forEach(k=>$(k).addEventListener('change',show));variants();$('cmp').dataset.ready='1';})();
 """
 
 HEADS = ("#", "id", "better", "question", "gold", "A answer", "A SubEM", "A CR", "A echo")
@@ -86,10 +93,17 @@ def compare_data(rows: pd.DataFrame) -> dict[str, Any]:
     return data
 
 
+def pack(data: dict[str, Any]) -> str:
+    """``data`` as gzipped JSON in base64 (the page unpacks it with the browser's ``DecompressionStream``): the
+    answers repeat words and names, and packed they take a third of the page they would take as JSON."""
+    raw = json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    return base64.b64encode(gzip.compress(raw, compresslevel=9, mtime=0)).decode("ascii")
+
+
 def compare_html(data: dict[str, Any]) -> str:
     """The view: dataset, A and B selects, the tally, the differing questions' table, the data and the script."""
     heads = "".join(f"<th>{h}</th>" for h in (*HEADS, "B answer", "B SubEM", "B CR", "B echo"))
-    payload = json.dumps(data, ensure_ascii=False, separators=(",", ":")).replace("</", "<\\/")
+    payload = pack(data)
     return f"""<div class="filters" id="cmp"><label>dataset <select id="cmp-d"></select></label>
 <label>A <select id="cmp-a"></select></label><label>B <select id="cmp-b"></select></label></div>
 <p id="cmp-out"></p>
@@ -97,5 +111,5 @@ def compare_html(data: dict[str, Any]) -> str:
 <thead><tr>{heads}</tr></thead><tbody></tbody></table></div></details>
 <p class="note">The paired bootstrap of A against full is in Table 2; contexts: <code>python -m leaderboard compare
 RUNS A B --dataset D</code>.</p>
-<script type="application/json" id="cmp-data">{payload}</script>
+<script type="application/octet-stream" id="cmp-data">{payload}</script>
 <script>{JS}</script>"""

@@ -1,17 +1,18 @@
-"""One static, self-contained HTML page: inline CSS and JavaScript, plots embedded as base64 PNG, no network.
+"""One static, self-contained HTML page: inline CSS and JavaScript, plots embedded (SubEM-CR as inline SVG whose
+points name themselves on hover, latency as base64 PNG), no network.
 
-The page opens on the headline block (Table 2, its SubEM-CR plot, its latency table, then its other tables);
-the grid of every run comes after it, folded behind its filters. The grid sorts on a click on any header
-(numbers numerically, empty cells last) and is filtered by dataset, generator and profile (the filters also
-hide the plots of other generators and profiles). Every row links to its provenance entry further down the
-page (run folder, commit, config key, models, packages). The other blocks follow under "Archive".
+A contents bar stays at the top and links the page's sections (``leaderboard.sections``), each under its heading
+and the one line saying what it answers: the headline block (Table 2, its SubEM-CR plot, its latency) first, then
+the other views, the grid of every run (folded behind its filters) and the other blocks under "Archive". The grid
+sorts on a click on any header (numbers numerically, empty cells last) and is filtered by dataset, generator and
+profile (the filters also hide the plots of other generators and profiles). Every row links to its provenance
+entry (run folder, commit, config key, models, packages).
 """
 
 from __future__ import annotations
 
 import base64
 import html
-import json
 import re
 from pathlib import Path
 
@@ -20,9 +21,22 @@ import pandas as pd
 from leaderboard.tables import DAGGER, ELSEWHERE, fmt, label
 
 CSS = """
-body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:1.5rem auto;max-width:1500px;
+body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0 auto 1.5rem;max-width:1500px;
 padding:0 1rem;color:#1b1f24}
-h1{font-size:1.5rem}h2{font-size:1.2rem;margin-top:2rem;border-bottom:1px solid #ddd}
+h1{font-size:1.5rem;margin:.8rem 0 .2rem}h2{font-size:1.2rem;margin:0 0 .2rem;border-bottom:1px solid #ddd}
+h3{font-size:1.02rem;margin:1.2rem 0 .3rem}
+#contents{position:sticky;top:0;z-index:5;background:#fff;border-bottom:1px solid #d6d9de;padding:.45rem 0;
+display:flex;flex-wrap:wrap;gap:.2rem 1.1rem;font-size:13.5px}
+#contents a{color:#0b57a4;text-decoration:none}#contents a:hover{text-decoration:underline}
+#contents a.empty{color:#6b6f76}
+section{scroll-margin-top:2.6rem;margin-top:2.2rem}
+p.question{margin:.1rem 0 .6rem;font-style:italic;color:#3d4450}
+p.empty{color:#6b6f76;border-left:3px solid #d6d9de;padding-left:.6rem}
+tr.group td{background:#f6f8fa;font-style:italic;text-align:left;color:#555}
+th.ds{text-align:center}
+figure svg{max-width:100%;height:auto}
+.beside{display:flex;gap:1.6rem;align-items:flex-start;flex-wrap:wrap}.beside .side{flex:1 1 22rem;max-width:44rem}
+.beside .side p.note:first-child{font-size:13px;color:#333}
 table{border-collapse:collapse;margin:.5rem 0;font-size:13px}
 th,td{border:1px solid #d6d9de;padding:3px 7px;text-align:right;white-space:nowrap}
 th{background:#f2f4f7;position:sticky;top:0}
@@ -133,10 +147,33 @@ def _bold(text: str) -> str:
     return re.sub(r"\*\*(.+?)\*\*", r'<strong class="best">\1</strong>', text)
 
 
-def _table_html(df: pd.DataFrame) -> str:
-    head = "".join(f"<th>{_e(c)}</th>" for c in df.columns)
-    body = "".join("<tr>" + "".join(f"<td>{_bold(_e(v))}</td>" for v in row) + "</tr>" for row in df.astype(str).values)
-    return f'<div class="wide"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
+def _head_html(columns: pd.Index) -> str:
+    """One header row, or two for (group, name) columns: each run of equal groups spans its columns."""
+    if not isinstance(columns, pd.MultiIndex):
+        return "<tr>" + "".join(f"<th>{_e(c)}</th>" for c in columns) + "</tr>"
+    top, runs = [], []
+    for group, _ in columns:
+        if runs and runs[-1][0] == group:
+            runs[-1][1] += 1
+        else:
+            runs.append([group, 1])
+    for group, span in runs:
+        top.append(f'<th class="ds" colspan="{span}">{_e(group)}</th>' if group else f'<th colspan="{span}"></th>')
+    return "<tr>" + "".join(top) + "</tr><tr>" + "".join(f"<th>{_e(c)}</th>" for _, c in columns) + "</tr>"
+
+
+def _table_html(df: pd.DataFrame, table_id: str = "", groups: dict[int, str] | None = None) -> str:
+    """``df`` as a table; ``groups``: row position -> a line shown above that row, across the table."""
+    rows = []
+    for i, row in enumerate(df.astype(str).values):
+        if groups and i in groups:
+            rows.append(f'<tr class="group"><td colspan="{len(df.columns)}">{_e(groups[i])}</td></tr>')
+        rows.append("<tr>" + "".join(f"<td>{_bold(_e(v))}</td>" for v in row) + "</tr>")
+    tid = f' id="{_e(table_id)}"' if table_id else ""
+    return (
+        f'<div class="wide"><table{tid}><thead>{_head_html(df.columns)}</thead><tbody>{"".join(rows)}</tbody>'
+        "</table></div>"
+    )
 
 
 def _options(values) -> str:
@@ -180,11 +217,18 @@ def note(text: str) -> str:
     return f'<p class="note">{_e(text.strip().replace("`", ""))}</p>' if text.strip() else ""
 
 
-def figure(profile: str, generator: str, path: Path) -> str:
-    """A plot, embedded; the runs grid's generator and profile filters hide it with the rows of its block."""
+def figure(profile: str, generator: str, path: Path, caption: str = "") -> str:
+    """A plot, embedded (an ``.svg`` inline, so that its points' titles show on hover; a PNG as an image); the
+    runs grid's generator and profile filters hide it with the rows of its block."""
+    if path.suffix == ".svg":
+        svg = path.read_text(encoding="utf-8")
+        body = svg[svg.index("<svg") :]  # inline: no XML declaration or doctype inside HTML
+    else:
+        body = f'<img alt="{_e(path.stem)}" src="{_img(path)}">'
+    text = f"{_e(path.stem)}{': ' + _e(caption) if caption else ''}"
     return (
-        f'<figure data-group data-profile="{_e(profile)}" data-generator="{_e(generator)}"><img alt="{_e(path.stem)}" '
-        f'src="{_img(path)}"><figcaption>{_e(path.stem)}</figcaption></figure>'
+        f'<figure data-group data-profile="{_e(profile)}" data-generator="{_e(generator)}">{body}'
+        f'<figcaption class="note">{text}</figcaption></figure>'
     )
 
 
@@ -206,34 +250,58 @@ def _grid(rows: pd.DataFrame) -> str:
         f'<label>{k} <select id="f-{k}">{_options(rows[k])}</select></label>'
         for k in ("dataset", "generator", "profile")
     )
-    return f"""<h2>All runs</h2>
-<details id="all-runs"><summary>Every run, every block ({len(rows)} rows): filter by dataset, generator and
-profile, sort on a header click</summary>
+    return f"""<details id="all-runs"><summary>Every run, every block ({len(rows)} rows): filter by dataset,
+generator and profile, sort on a header click</summary>
 <div class="filters">{filters}<span><span id="shown">{len(rows)}</span> of {len(rows)} runs shown</span></div>
 <div class="wide"><table id="runs"><thead><tr>{heads}</tr></thead><tbody>{"".join(trs)}</tbody></table></div>
 <p class="note">{DAGGER}: not significantly different from <code>full</code> (paired bootstrap over the same
 examples, 95%). Oracle rows read the gold answers. Click a header to sort.</p></details>"""
 
 
-def page(rows: pd.DataFrame, head: list[str], tail: list[str], title: str, note_text: str) -> str:
-    """``rows``: the collected table with uncertainty and latency columns (the runs grid); ``head``: HTML shown
-    first (the headline block: Table 2, its SubEM-CR plot, its latency table, ...); ``tail``: HTML after the
-    grid (the archive, the papers' tables)."""
+def runs_html(rows: pd.DataFrame) -> str:
+    """The "All runs" section's body: the grid of every run, then every run's provenance."""
     provs = "".join(_prov(i, r) for i, r in enumerate(rows.itertuples()))
-    meta = json.dumps({"rows": len(rows)})
+    return f"{_grid(rows)}<h3>Provenance</h3>{provs}"
+
+
+def page_section(sid: str, title: str, question: str, body: str) -> str:
+    """A section of the page: its heading, the one line of what it answers, its body."""
+    return f'<section id="{_e(sid)}"><h2>{_e(title)}</h2><p class="question">{_e(question)}</p>{body}</section>'
+
+
+def beside(main: str, side: str) -> str:
+    """``side`` (notes) to the right of ``main`` (a table), below it on a narrow screen."""
+    return f'<div class="beside">{main}<div class="side">{side}</div></div>'
+
+
+def folded(summary: str, frame: pd.DataFrame) -> str:
+    """A long table folded behind a one-line summary (opened on a click)."""
+    return f"<details><summary>{_e(summary)}</summary>{_table_html(frame)}</details>"
+
+
+def empty(text: str) -> str:
+    """The line a section shows while it has no content."""
+    return f'<p class="empty">{_e(text)}</p>'
+
+
+def page(sections: list[tuple[str, str, bool, str]], title: str, note_text: str) -> str:
+    """``sections``: (id, contents-bar label, whether it is empty, HTML from ``page_section``) in reading order;
+    the ``grid`` section holds the grid (``runs_html``), whose script the page carries."""
+    dim = ' class="empty" title="no content yet"'
+    bar = "".join(f'<a href="#{_e(sid)}"{dim if state else ""}>{_e(label_)}</a>' for sid, label_, state, _ in sections)
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{_e(title)}</title>
 <meta name="viewport" content="width=device-width,initial-scale=1"><style>{CSS}</style></head>
-<body data-meta='{_e(meta)}'>
+<body>
+<nav id="contents" aria-label="contents"><strong>Contents</strong>{bar}</nav>
 <h1>{_e(title)}</h1><p class="note">{_e(note_text)}</p>
-{"".join(head)}
-{_grid(rows)}
-{"".join(tail)}
-<h2>Provenance</h2>{provs}
+{"".join(body for *_, body in sections)}
 <script>{JS}</script>
 </body></html>
 """
 
 
-def frame_html(df: pd.DataFrame) -> str:
-    return _table_html(df)
+def frame_html(df: pd.DataFrame, table_id: str = "", groups: dict[int, str] | None = None) -> str:
+    """A table (two header rows when ``df`` has (group, name) columns); ``groups``: row position -> a line shown
+    above that row."""
+    return _table_html(df, table_id, groups)

@@ -2,33 +2,34 @@
 
 Files written under ``out``:
 - ``leaderboard.md``: the headline (profile, generator) block first (``leaderboard.headline``: ``headline``, or
-  the block of the newest run), every other block after it under "Archive". Per block: CompSelect's Table 2
-  layout (a variant identical to another shown once, its alias named), the SubEM-CR plot, latency and
-  break-even, the 95% intervals and paired tests against ``full``, our rows beside the paper's (difference,
-  setting-tagged); then the papers' numbers of every other setting, each in its own table; ``NOTES.md`` beside
-  the runs is linked, not pasted.
-  Table 2 appears twice: with every row at its own n, and re-scored on the questions its rows share
-  (``leaderboard.matched``; rows under ``min_n`` records are left out and named).
-  Then the empty contexts: per row and dataset, the share of questions whose context came back empty and the
-  CR over the non-empty ones. After the diagnostics, "Answers that choose": SubEM beside SubEM with hedged and
-  echoed predictions scored 0, its paired test against ``full``, and the hedge and echo shares.
-  Last, ``leaderboard.retrieval``'s views: "When retrieval fails" (000 Table 7: the rows on the questions whose
-  passages hold no gold answer, and on the others, the paper's figures under them) and "More passages" (rows run with
-  ``dataset.top_k``, kept out of every other table, beside the default k).
+  the block of the newest run), then the page's other sections in order (``leaderboard.sections``; ``VIEWS``
+  lists each one's views), every other block under "Archive". The headline: the compact Table 2 (SubEM and CR
+  per dataset; a variant identical to another shown once, its alias named), the SubEM-CR plot, latency side by
+  side and break-even. Diagnostics: the Table 2 diagnostics table (echo, SubEM from echo, F1), Table 2 re-scored
+  on the questions its rows share (``leaderboard.matched``; rows under ``min_n`` records are left out and named),
+  the empty contexts (per row and dataset, the share of questions whose context came back empty and the CR over
+  the non-empty ones), the 95% intervals and paired tests against ``full``, the methods' own diagnostics, "Answers
+  that choose" (SubEM beside SubEM with hedged and echoed predictions scored 0, its paired test against ``full``,
+  the hedge and echo shares). ``leaderboard.retrieval``'s views: "When retrieval fails" (000 Table 7: the rows on
+  the questions whose passages hold no gold answer, and on the others, the paper's figures under them) and "More
+  passages" (rows run with ``dataset.top_k``, kept out of every other table, beside the default k). Beside
+  the papers: our rows beside the paper's (difference, setting-tagged), then the papers' numbers of every
+  setting, each in its own table. ``NOTES.md`` beside the runs is linked, not pasted.
 - ``runs.csv`` (every collected column; run folders relative to the published folder),
-  ``table2_<profile>_<generator>.csv`` / ``.tex``,
+  ``table2_<profile>_<generator>.csv`` / ``.tex`` (every Table 2 column),
   ``table2_shared_<profile>_<generator>.csv``, ``empty_contexts_<profile>_<generator>.csv``, ``latency.csv``,
   ``comparison_<profile>_<generator>.csv``, ``answers_that_choose_<profile>_<generator>.csv``, ``reference.csv``
   (a copy of the papers' numbers), ``unreliable_<profile>_<generator>.csv``,
   ``more_passages_<profile>_<generator>.csv`` (where it has rows).
-- ``subem_vs_cr_<profile>_<generator>.png``, ``latency_<profile>_<generator>.png``.
+- ``subem_vs_cr_<profile>_<generator>.png`` and ``.svg`` (the page's, with a hover title per point),
+  ``latency_<profile>_<generator>.png``.
 - ``latency_pass.csv``: the latency passes found under ``results`` (``latency-pass-*.jsonl``, written by
   ``python -m tools.latency_pass``) with their figures against ``full`` (``leaderboard.passes``: within a pass and
   CPU only); each block's "Latency side by side" merges passes (per variant its newest pass, each row against the
   ``full`` of its own pass, naming it), older timings apart.
-- ``index.html``: one self-contained page, in the same order (the grid of every run folded behind its filters),
-  and after the headline block a view comparing any two of its rows question by question
-  (``leaderboard.compare_view``).
+- ``index.html``: one self-contained page in the same sections, a contents bar linking them; the headline's
+  "Two rows, question by question" compares any two of its rows (``leaderboard.compare_view``), "All runs" holds
+  the grid of every run (folded behind its filters) and their provenance.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from __future__ import annotations
 import os
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -45,6 +47,7 @@ from leaderboard import compare_view, html, passes, plots, reference, retrieval,
 from leaderboard.collect import collect
 from leaderboard.headline import aliases, mark_aliases, pick_headline
 from leaderboard.matched import MIN_N, matched
+from leaderboard.sections import SECTIONS, by_id
 from leaderboard.tables import fmt, label
 
 NOTES = "NOTES.md"  # beside the runs (leaderboard/runs/NOTES.md): linked from leaderboard.md, never pasted
@@ -123,7 +126,7 @@ def _shared_md(
     t = tables.table2(s, profile, gen)
     tables.table2_csv(t).to_csv(csv, index=False)
     written.append(csv)
-    head, rows = tables.table2_rows(t)
+    head, rows = tables.table2_rows(t, metrics=tables.HEADLINE_METRICS)
     ns = ", ".join(f"{label(d)} {int(s[s.dataset == d].n.iloc[0])}" for d in tables.datasets(s))
     out = (
         f"### Table 2 on shared questions ({ns})\n\nEvery row re-scored on the questions that all rows of its "
@@ -147,7 +150,7 @@ def _empty_md(
     flat.rename_axis("variant").reset_index().to_csv(csv, index=False)
     written.append(csv)
     head, rows = tables.empty_contexts_rows(t)
-    sections.append((f"Empty contexts — {profile} / {gen}", html.frame_html(pd.DataFrame(rows, columns=head))))
+    sections.append((f"Empty contexts — {profile} / {gen}", _table(head, rows)))
     return (
         "### Empty contexts\n\nTwo CRs. Table 2's CR is over all questions: an empty context counts its original "
         "tokens against none, so a method that empties many contexts shows a large CR without compressing "
@@ -206,23 +209,49 @@ def _latency_md(lat: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
 
 @dataclass
 class _Page:
-    """What ``publish`` writes, gathered block by block: Markdown parts, HTML before the runs grid (the headline
-    block) and after it, plots, files written. ``depth`` shifts headings down a level (archived blocks)."""
+    """What ``publish`` writes, gathered block by block: Markdown parts, the HTML of each page section
+    (``leaderboard.sections``; ``section`` is the one the views now write into, every archived block goes to
+    "archive"), files written. ``depth`` shifts headings down a level (archived blocks)."""
 
     out: Path
     md: list[str] = field(default_factory=list)
-    head: list[str] = field(default_factory=list)
-    tail: list[str] = field(default_factory=list)
+    parts: dict[str, list[str]] = field(default_factory=dict)
     written: list[Path] = field(default_factory=list)
     depth: int = 0
     archive: bool = False
+    section: str = "headline"
 
     def h(self, level: int, text: str) -> str:
         """A Markdown heading at ``level`` (2: a block, 3: its sections), one deeper in the archive."""
         return f"{'#' * (level + self.depth)} {text}"
 
+    @property
+    def head(self) -> list[str]:
+        """The HTML of the section now written (the archive while an archived block is)."""
+        return self.parts.setdefault("archive" if self.archive else self.section, [])
+
     def html(self, heading: str, body: str, level: int = 3) -> None:
-        (self.tail if self.archive else self.head).append(html.section(heading, body, level + self.depth))
+        """A heading and its body into the section now written."""
+        self.head.append(html.section(heading, body, level + self.depth))
+
+    def add(self, body: str) -> None:
+        """HTML without a heading (a plot, a view) into the section now written."""
+        self.head.append(body)
+
+
+def _table(head: list[str], rows: list[list[str]], table_id: str = "", groups: dict[int, str] | None = None) -> str:
+    """A table whose headers "<dataset> <metric>" print as two rows: each dataset over its metrics."""
+    cols = [("", head[0])] + [tuple(h.split(" ", 1)) if " " in h else ("", h) for h in head[1:]]
+    return html.frame_html(pd.DataFrame(rows, columns=pd.MultiIndex.from_tuples(cols)), table_id, groups)
+
+
+def _others(t2: tables.Table2) -> dict[int, str]:
+    """Where Table 2's rows after the paper's own (``methods.yaml``) begin: a line above the first of them."""
+    paper = reference.table2_variants()
+    at = next((i for i, v in enumerate(t2.values.index) if v not in paper), None)
+    if not at:
+        return {}
+    return {at: "Other variants: ablations, sentence-level selections, other rerankers and our additions"}
 
 
 def _n_note(g: pd.DataFrame) -> str:
@@ -295,17 +324,28 @@ def _table2_block(page: _Page, full: pd.DataFrame, profile: str, gen: str, basel
     out, slug = page.out, _slug(profile, gen)
     g = full[(full.profile == profile) & (full.generator == gen)]
     t2 = tables.table2(full, profile, gen)
-    head, rows = tables.table2_rows(t2)
+    head, rows = tables.table2_rows(t2, metrics=tables.HEADLINE_METRICS)
     ns = sorted(set(g.n.dropna().astype(int)))
     samples = ", ".join(sorted(set(g["sample"].fillna("first")))) if "sample" in g else "first"
     title = f"Table 2 layout (n = {', '.join(map(str, ns))}: each row's n below the table; sample: {samples})"
     notes = _n_note(g) + _alias_note(g) + _elsewhere_note(t2, gen) + _power_note(g, baseline)
+    more = ", ".join(tables.METRIC_LABELS.get(m, m) for m in tables.diagnostic_metrics())
+    notes += f"\nPer dataset: SubEM and CR; {more}: the Table 2 diagnostics, under Diagnostics.\n"
     page.md.append(
         f"{page.h(2, f'Profile `{profile}`, generator `{gen}`')}\n\n{page.h(3, title)}\n\n"
         f"{tables.markdown(head, rows)}\n{notes}"
     )
-    page.html(f"Profile {profile}, generator {gen}", "", level=2)
-    page.html(title, html.frame_html(pd.DataFrame(rows, columns=head)) + html.note(notes))
+    if page.archive:  # the headline's section heading names its block
+        page.html(f"Profile {profile}, generator {gen}", "", level=2)
+    key = (
+        f"SubEM (%) and CR per dataset. Bold: the best of its column, oracle rows (they read the gold answers) "
+        f"left out. {tables.DAGGER}: not significantly different from {baseline} (paired bootstrap over the same "
+        f"questions, 95%). {tables.EMPTY}: the row kept nothing on more than half the questions; its CR counts "
+        f"those as compressed to nothing and is never bold. {tables.ELSEWHERE}: trained through another generator."
+    )
+    table = _table(head, rows, "table2" if not page.archive else "", _others(t2))
+    side = html.note(key) + "".join(html.note(line) for line in notes.split("\n") if line.strip())
+    page.html(title, html.beside(table, side))
     tables.table2_csv(t2).to_csv(out / f"table2_{slug}.csv", index=False)
     caption = (
         f"SubEM / F1 / CR, profile {profile}, generator {gen}; best in bold (oracles excluded); "
@@ -320,13 +360,30 @@ def _table2_block(page: _Page, full: pd.DataFrame, profile: str, gen: str, basel
     page.written += [out / f"table2_{slug}.csv", out / f"table2_{slug}.tex"]
 
 
+def _table2_diagnostics_block(page: _Page, full: pd.DataFrame, profile: str, gen: str) -> None:
+    """Table 2's other columns (``tables.diagnostic_metrics``: echo, SubEM from echo, F1, ...), rows as Table 2's."""
+    metrics = tables.diagnostic_metrics()
+    if not metrics:
+        return
+    t2 = tables.table2(full, profile, gen)
+    head, rows = tables.table2_rows(t2, metrics=metrics, aliases=False)
+    named = ", ".join(tables.METRIC_LABELS.get(m, m) for m in metrics)
+    text = (
+        f"Per row and dataset, beside Table 2's SubEM and CR: {named}; marks as in Table 2. Echo %: answers that "
+        "repeat the prompt instead of answering (`harness.metrics.echo`); SubEM from echo: the SubEM points those "
+        "echoes earned; F1: token F1."
+    )
+    page.md.append(f"{page.h(3, 'Table 2 diagnostics')}\n\n{text}\n\n{tables.markdown(head, rows)}\n")
+    page.html("Table 2 diagnostics", html.note(text) + _table(head, rows, groups=_others(t2)))
+
+
 def _shared_block(page: _Page, full, shared, short, profile: str, gen: str, min_n: int) -> None:
     """Table 2 on the questions its rows share, then the empty contexts."""
     slug = _slug(profile, gen)
     text, frame = _shared_md(shared, short, profile, gen, min_n, page.out / f"table2_shared_{slug}.csv", page.written)
     page.md.append(text.replace("### ", page.h(3, ""), 1))
     if frame is not None:
-        page.html("Table 2 on shared questions", html.frame_html(frame))
+        page.html("Table 2 on shared questions", _table(list(frame.columns), frame.values.tolist()))
     sections: list[tuple[str, str]] = []
     text = _empty_md(full, profile, gen, page.out / f"empty_contexts_{slug}.csv", page.written, sections)
     page.md.append(text.replace("### ", page.h(3, ""), 1))
@@ -444,6 +501,21 @@ def _passes_named(head: pd.DataFrame) -> str:
     return "; ".join(f"{label(ds)}: {', then '.join(p)}" for ds, p in per.items())
 
 
+def _pass_compact(head: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+    """The headline pass at a glance: per variant and dataset, total time against ``full``'s and the break-even."""
+    ds = list(dict.fromkeys(head.dataset))
+    cols = ["Method"] + [f"{label(d)} {m}" for d in ds for m in ("total vs full", "break-even")]
+    rows = []
+    for v, g in head.groupby("variant", sort=False):
+        by = g.set_index("dataset")
+        cells = [v]
+        for d in ds:
+            r = by.loc[d] if d in by.index else None
+            cells += ["-", "-"] if r is None else [fmt(r.total_vs_full_ratio, "{:.2f}×"), fmt(r.break_even, "{:.2f}")]
+        rows.append(cells)
+    return cols, rows
+
+
 def _pass_block(page: _Page, all_passes: pd.DataFrame, profile: str, gen: str, baseline: str) -> None:
     """Latency side by side, merged over passes: per dataset and variant, its newest latency pass (every row
     against the ``full`` of its own pass, on its CPU; the dataset's headline pass first), then any row timed again
@@ -467,7 +539,14 @@ def _pass_block(page: _Page, all_passes: pd.DataFrame, profile: str, gen: str, b
             f"shows the `{baseline}` seconds of its own pass beside its own.\n\n"
             f"{tables.markdown(h, rows)}\n"
         )
-        page.html(title.replace("`", ""), html.frame_html(pd.DataFrame(rows, columns=h)))
+        ch, cr_ = _pass_compact(head)
+        every = html.folded(f"Every row's seconds, CPU and threads ({len(rows)} rows)", pd.DataFrame(rows, columns=h))
+        key = html.note(
+            f"Per dataset: total seconds (compression + generation) as a multiple of {baseline}'s in the same pass, "
+            f"and the break-even (compression s / generation s saved against {baseline}; below 1 it pays for "
+            f"itself). {_passes_named(head)}."
+        )
+        page.html("Latency side by side (one pass, one machine)", html.beside(_table(ch, cr_), key) + every)
     if not apart.empty:
         h, rows = _pass_rows(apart, apart=True)
         text += (
@@ -475,7 +554,8 @@ def _pass_block(page: _Page, all_passes: pd.DataFrame, profile: str, gen: str, b
             "with the rows above (the last column compares a row only with the `full` of its own pass and CPU).\n\n"
             f"{tables.markdown(h, rows)}\n"
         )
-        page.html("Latency timed elsewhere (not compared)", html.frame_html(pd.DataFrame(rows, columns=h)))
+        frame = pd.DataFrame(rows, columns=h)
+        page.html("Latency timed elsewhere (not compared)", html.folded(f"{len(rows)} rows", frame))
     page.md.append(text)
 
 
@@ -513,7 +593,8 @@ def _latency_block(page: _Page, lat: pd.DataFrame, profile: str, gen: str, basel
         + _machines_note(block)
         + ".\n"
     )
-    page.html("Latency and break-even", html.frame_html(pd.DataFrame(lr, columns=lh)))
+    frame = pd.DataFrame(lr, columns=lh)
+    page.html("Latency and break-even", html.folded(f"Every run's own timing ({len(lr)} rows)", frame))
 
 
 def _comparison_block(page: _Page, full, ref, g: pd.DataFrame, profile: str, gen: str) -> None:
@@ -535,7 +616,7 @@ def _comparison_block(page: _Page, full, ref, g: pd.DataFrame, profile: str, gen
     path = page.out / f"comparison_{_slug(profile, gen)}.csv"
     cmp.to_csv(path, index=False)
     page.written.append(path)
-    page.html(title.replace("`", ""), html.frame_html(pd.DataFrame(cr_, columns=ch)))
+    page.html(title.replace("`", ""), _table(ch, cr_))
 
 
 def _plot(page: _Page, kind: str, frame: pd.DataFrame, profile: str, gen: str) -> None:
@@ -546,20 +627,24 @@ def _plot(page: _Page, kind: str, frame: pd.DataFrame, profile: str, gen: str) -
         path.unlink(missing_ok=True)  # a stale plot from an earlier publish
         return
     page.md.append(f"![{kind} {profile} {gen}]({path.name})\n")
-    (page.tail if page.archive else page.head).append(html.figure(profile, gen, path))
-    page.written.append(path)
+    svg = path.with_suffix(".svg")  # the SubEM-CR plot's points name themselves on hover there
+    caption = "labelled: the paper's Table 2 rows and the Pareto front; hover any point for its name and figures"
+    caption = caption if svg.is_file() else ""
+    page.add(html.figure(profile, gen, svg if svg.is_file() else path, caption))
+    page.written += [path, svg] if svg.is_file() else [path]
 
 
 def _reference_block(page: _Page, ref: pd.DataFrame) -> None:
     """The papers' numbers, one table per setting."""
-    page.md.append(
-        "## The papers' numbers in their own settings\n\nEach table keeps one paper's setting "
-        "(papers.md section 0); none shares a column with our numbers or another setting's. "
-        "Source: `leaderboard/data/reference.csv`.\n"
+    text = (
+        "Each table keeps one paper's setting (papers.md section 0); none shares a column with our numbers or "
+        "another setting's. Source: `leaderboard/data/reference.csv`."
     )
+    page.md.append(f"### The papers' numbers in their own settings\n\n{text}\n")
+    page.html("The papers' numbers in their own settings", html.note(text))
     for title, wide in reference.setting_tables(ref):
-        page.md.append(f"### {title}\n\n{tables.markdown(list(wide.columns), wide.values.tolist())}\n")
-        page.tail.append(html.section(title, html.frame_html(wide), 3))
+        page.md.append(f"#### {title}\n\n{tables.markdown(list(wide.columns), wide.values.tolist())}\n")
+        page.html(title, html.frame_html(wide), level=4)
 
 
 @dataclass
@@ -575,39 +660,90 @@ class _Data:
     more: pd.DataFrame = field(default_factory=pd.DataFrame)  # rows run with dataset.top_k set (retrieval.split_more)
 
 
-def _block(page: _Page, d: _Data, profile: str, gen: str, baseline: str, min_n: int) -> None:
-    """One (profile, generator) block, in reading order: Table 2, the SubEM-CR plot, the latency table and its
-    plot, then Table 2 on shared questions, the empty contexts, the uncertainty, diagnostics and the paper."""
-    g = d.full[(d.full.profile == profile) & (d.full.generator == gen)]
-    _table2_block(page, d.full, profile, gen, baseline)
-    _plot(page, "subem_vs_cr", d.full, profile, gen)
-    _pass_block(page, d.passes, profile, gen, baseline)
-    _latency_block(page, d.lat, profile, gen, baseline)
-    _plot(page, "latency", d.lat, profile, gen)
-    _shared_block(page, d.full, d.shared, d.short, profile, gen, min_n)
-    _diagnostics_block(page, g)
-    _choose_block(page, g, profile, gen, baseline)
-    _comparison_block(page, d.full, d.ref, g, profile, gen)
-    _retrieval_block(page, d, profile, gen, baseline)
+def _retrieval_view(page: _Page, d: _Data, b: Block, which: str) -> None:
+    """One view of ``leaderboard.retrieval`` with its CSV: "When retrieval fails" (000 Table 7) or "More passages"
+    (in an archived block, only where it has rows run with ``dataset.top_k``)."""
+    out, slug = page.out, _slug(b.profile, b.gen)
+    if which == retrieval.FAILS:
+        title = f"{which} (000 Table 7)"
+        md, body, csv = retrieval.fails_section(
+            d.full, d.ref, b.profile, b.gen, b.baseline, out / f"unreliable_{slug}.csv"
+        )
+    else:
+        title = f"{which} (k = 5 against k = 10)"
+        md, body, csv = retrieval.more_section(d.full, d.more, b.profile, b.gen, out / f"more_passages_{slug}.csv")
+    if md and (csv or which == retrieval.FAILS or not page.archive):
+        page.md.append(f"{page.h(3, title)}\n\n{md}")
+        page.html(title, body)
+    if csv:
+        page.written.append(csv)
 
 
-def _retrieval_block(page: _Page, d: _Data, profile: str, gen: str, baseline: str) -> None:
-    """The views of ``leaderboard.retrieval``, each with its CSV: "When retrieval fails" (000 Table 7), then "More
-    passages" (in an archived block, only where it has rows run with ``dataset.top_k``)."""
-    out, slug = page.out, _slug(profile, gen)
-    views = (
-        (
-            retrieval.FAILS,
-            retrieval.fails_section(d.full, d.ref, profile, gen, baseline, out / f"unreliable_{slug}.csv"),
-        ),
-        (retrieval.MORE, retrieval.more_section(d.full, d.more, profile, gen, out / f"more_passages_{slug}.csv")),
+@dataclass(frozen=True)
+class Block:
+    """One (profile, generator) block and the settings every view of it reads."""
+
+    profile: str
+    gen: str
+    baseline: str
+    min_n: int
+
+    def rows(self, df: pd.DataFrame) -> pd.DataFrame:
+        return df[(df.profile == self.profile) & (df.generator == self.gen)]
+
+
+View = Callable[[_Page, _Data, Block], None]
+
+
+def _compare_view(page: _Page, d: _Data, b: Block) -> None:
+    """Any two rows of the headline block, question by question (``leaderboard.compare_view``)."""
+    if page.archive:
+        return
+    page.md.append(
+        "On the page (`index.html`), or on the command line: `python -m leaderboard compare RUNS A B --dataset D`.\n"
     )
-    for title, (md, body, csv) in views:
-        if md and (csv or title == retrieval.FAILS or not page.archive):
-            page.md.append(f"{page.h(3, title)}\n\n{md}")
-            page.html(title, body)
-        if csv:
-            page.written.append(csv)
+    page.add(compare_view.compare_html(compare_view.compare_data(b.rows(d.full))))
+
+
+# Each section's views (``leaderboard.sections``), in reading order: view(page, data, block) writes its Markdown
+# and HTML into the section, or nothing. A new view plugs in with one line; a section that no view fills shows its
+# honest "empty" line. An archived block runs every view in this order, all under "Archive".
+VIEWS: dict[str, list[View]] = {
+    "headline": [
+        lambda p, d, b: _table2_block(p, d.full, b.profile, b.gen, b.baseline),
+        lambda p, d, b: _plot(p, "subem_vs_cr", d.full, b.profile, b.gen),
+        lambda p, d, b: _pass_block(p, d.passes, b.profile, b.gen, b.baseline),
+        lambda p, d, b: _latency_block(p, d.lat, b.profile, b.gen, b.baseline),
+        lambda p, d, b: _plot(p, "latency", d.lat, b.profile, b.gen),
+    ],
+    "readers": [],
+    "retrieval": [lambda p, d, b: _retrieval_view(p, d, b, retrieval.FAILS)],
+    "passages": [lambda p, d, b: _retrieval_view(p, d, b, retrieval.MORE)],
+    "diagnostics": [
+        lambda p, d, b: _table2_diagnostics_block(p, d.full, b.profile, b.gen),
+        lambda p, d, b: _shared_block(p, d.full, d.shared, d.short, b.profile, b.gen, b.min_n),
+        lambda p, d, b: _diagnostics_block(p, b.rows(d.full)),
+        lambda p, d, b: _choose_block(p, b.rows(d.full), b.profile, b.gen, b.baseline),
+    ],
+    "compare": [_compare_view],
+    "papers": [lambda p, d, b: _comparison_block(p, d.full, d.ref, b.rows(d.full), b.profile, b.gen)],
+}
+
+
+def _block(page: _Page, d: _Data, profile: str, gen: str, baseline: str, min_n: int) -> None:
+    """One (profile, generator) block: each section's views in order. The headline block's sections get their
+    heading and question in ``leaderboard.md`` (and, when no view wrote to one, its empty line)."""
+    b = Block(profile, gen, baseline, min_n)
+    for s in SECTIONS:
+        page.section = s.id
+        md_at, html_at = len(page.md), len(page.head)
+        for view in VIEWS.get(s.id, []):
+            view(page, d, b)
+        if page.archive or s.id == "headline" or s.id not in VIEWS:
+            continue
+        wrote = len(page.head) > html_at
+        empty = "" if wrote else "\n" + s.empty.format(generator=gen, profile=profile) + "\n"
+        page.md.insert(md_at, f"## {s.title}\n\n*{s.question}*\n{empty}")
 
 
 def _intro(results, out: Path, n_runs: int, when: str, headline: tuple[str, str], resamples: int, baseline: str):
@@ -678,24 +814,37 @@ def publish(
     top = pick_headline(shown, headline)
     page.md.append(_intro(results, out, len(runs), when, top, resamples, baseline))
     _block(page, d, *top, baseline, min_n)
-    in_top = shown[(shown.profile == top[0]) & (shown.generator == top[1])]
-    page.html("Compare two rows, question by question", compare_view.compare_html(compare_view.compare_data(in_top)))
-    rest = [b for b in tables.groups(shown) if b != top]
-    if rest:
-        page.md.append("## Archive\n\nThe other generators' blocks (older runs, or another profile), each as above.\n")
-        page.archive, page.depth = True, 1
-        page.tail.append(html.section("Archive", html.note("The other generators' blocks, each as above."), 2))
-        for profile, gen in rest:
-            _block(page, d, profile, gen, baseline, min_n)
-        page.archive, page.depth = False, 0
+    page.section = "papers"
     _reference_block(page, d.ref)
+    page.md.append(
+        f"## All runs\n\n*{by_id('grid').question}*\n\nEvery run's columns: `runs.csv`; with each run's "
+        "provenance: `index.html`.\n"
+    )
+    page.parts["grid"] = [html.runs_html(_portable(full, out))]
+    rest = [b for b in tables.groups(shown) if b != top]
+    page.md.append(f"## Archive\n\n*{by_id('archive').question}*\n" + ("" if rest else f"\n{by_id('archive').empty}\n"))
+    page.archive, page.depth = True, 1
+    for profile, gen in rest:
+        _block(page, d, profile, gen, baseline, min_n)
+    page.archive, page.depth = False, 0
     (out / "leaderboard.md").write_text("\n".join(page.md), encoding="utf-8")
     note = (
         f"Generated {when} from {len(runs)} runs under {results}; headline: {top[0]} / {top[1]}. SubEM/EM/F1 in "
         "%; CR = original / compressed context tokens; latency in seconds per example."
     )
     (out / "index.html").write_text(
-        html.page(_portable(full, out), page.head, page.tail, "RAG context compression — leaderboard", note),
-        encoding="utf-8",
+        html.page(_sections_html(page, top), "RAG context compression — leaderboard", note), encoding="utf-8"
     )
     return [out / "leaderboard.md", out / "index.html", *page.written]
+
+
+def _sections_html(page: _Page, top: tuple[str, str]) -> list[tuple[str, str, bool, str]]:
+    """Every section of the page in order: (id, contents-bar label, whether it is empty, its HTML); the headline's
+    heading names its block, an empty section says so in one line."""
+    out = []
+    for s in SECTIONS:
+        parts = page.parts.get(s.id, [])
+        title = f"Profile {top[0]}, generator {top[1]}" if s.id == "headline" else s.title
+        body = "".join(parts) or html.empty(s.empty.format(profile=top[0], generator=top[1]))
+        out.append((s.id, s.title, not parts, html.page_section(s.id, title, s.question, body)))
+    return out

@@ -37,6 +37,11 @@ def method_map() -> dict[str, list[str]]:
     return {k: list(v or []) for k, v in yaml.safe_load((DATA / "methods.yaml").read_text("utf-8")).items()}
 
 
+def table2_variants() -> set[str]:
+    """The variants that make the rows of the paper's Table 2 (every label of ``methods.yaml``)."""
+    return {v for vs in method_map().values() for v in vs}
+
+
 def variant_order(variants: list[str]) -> list[str]:
     """Our variants in the papers' row order; unknown variants alphabetically after them."""
     known = [v for vs in method_map().values() for v in vs]

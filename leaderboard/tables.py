@@ -2,8 +2,9 @@
 as Markdown, LaTeX and CSV.
 
 Table 2 layout: methods by datasets, SubEM / Echo % / SubEM from echo / F1 / CR for each dataset (echo: the
-generator repeated its prompt instead of answering, ``harness.metrics.echo``). The best value of each column is bold
-(oracle rows, which read the gold answers, are left out of "best"); a dagger marks a SubEM or F1 that is not
+generator repeated its prompt instead of answering, ``harness.metrics.echo``); the page and ``leaderboard.md`` show
+``HEADLINE_METRICS`` (SubEM, CR) in Table 2 and the rest in a diagnostics table (``table2_rows(metrics=...)``).
+The best value of each column is bold (oracle rows, which read the gold answers, are left out of "best"); a dagger marks a SubEM or F1 that is not
 significantly different from ``full`` (paired bootstrap, 95%). A row that kept nothing (empty context) on more
 than half of a dataset's questions is never bold for CR there and its CR carries ``∅``: emptied contexts inflate
 a ratio of sums without compressing anything the generator reads.
@@ -34,6 +35,9 @@ METRIC_LABELS = {
     "cr": "CR",
     "em": "EM",
 }
+# The headline Table 2 (``leaderboard.md`` and the page): SubEM and CR per dataset; every other metric of
+# ``T2_METRICS`` goes to the Table 2 diagnostics table (``diagnostic_metrics``). The CSV and LaTeX keep them all.
+HEADLINE_METRICS = ("subem", "cr")
 # Shown beside SubEM, never bold: the share of answers that echo the prompt and the SubEM those echoes earned
 # (harness.metrics.echo) say how far a row's SubEM is the generator answering.
 UNRANKED = ("echo", "subem_from_echo")
@@ -146,8 +150,18 @@ def _name(variant: str, oracle: bool, alias: str | None = None, elsewhere: bool 
     return f"{name} (oracle)" if oracle else name
 
 
-def table2_rows(t: Table2, latex: bool = False) -> tuple[list[str], list[list[str]]]:
-    head = ["Method"] + [f"{label(d)} {METRIC_LABELS[m]}" for d, m in t.values.columns]
+def diagnostic_metrics() -> tuple[str, ...]:
+    """The metrics of ``T2_METRICS`` shown apart from the headline Table 2, in the diagnostics table."""
+    return tuple(m for m in T2_METRICS if m not in HEADLINE_METRICS)
+
+
+def table2_rows(
+    t: Table2, latex: bool = False, metrics: Sequence[str] | None = None, aliases: bool = True
+) -> tuple[list[str], list[list[str]]]:
+    """Head and rows of Table 2: every metric, or only ``metrics`` (``HEADLINE_METRICS``, ``diagnostic_metrics()``);
+    ``aliases``: name the variants each row also stands for (Table 2 does; the diagnostics table need not)."""
+    columns = [c for c in t.values.columns if metrics is None or c[1] in metrics]
+    head = ["Method"] + [f"{label(d)} {METRIC_LABELS[m]}" for d, m in columns]
     rows = []
     for v in t.values.index:
         cells = [
@@ -159,9 +173,10 @@ def table2_rows(t: Table2, latex: bool = False) -> tuple[list[str], list[list[st
                 latex,
                 c[1] == "cr" and bool(t.empty.loc[v, c[0]] > MOSTLY_EMPTY),
             )
-            for c in t.values.columns
+            for c in columns
         ]
-        rows.append([_name(v, bool(t.oracle[v]), (t.aliases or {}).get(v), v in (t.elsewhere or {})), *cells])
+        alias = (t.aliases or {}).get(v) if aliases else None
+        rows.append([_name(v, bool(t.oracle[v]), alias, v in (t.elsewhere or {})), *cells])
     return head, rows
 
 

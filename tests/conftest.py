@@ -88,3 +88,32 @@ def pytest_sessionfinish(session, exitstatus):
 
     if "harness.lm" in sys.modules:
         sys.modules["harness.lm"].release()
+
+
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """Debian's chromium (``CHROMIUM``) driven by Playwright, for the tests of the published page. Skips when
+    chromium or the playwright package is absent, and fails instead under RAG_HARNESS_REQUIRE_BROWSER=1 (CI)."""
+    import importlib.util
+    import shutil
+
+    exe = CHROMIUM if Path(CHROMIUM).is_file() else shutil.which("chromium")
+    missing = (
+        f"no chromium at {CHROMIUM} (apt-get install -y chromium)"
+        if exe is None
+        else "the playwright package is not installed (pip install playwright==1.65.2)"
+        if importlib.util.find_spec("playwright") is None
+        else ""
+    )
+    if missing:
+        (pytest.fail if os.environ.get("RAG_HARNESS_REQUIRE_BROWSER") == "1" else pytest.skip)(missing)
+    from playwright.sync_api import sync_playwright
+
+    args = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update"]
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=exe, args=[*args, "--disable-sync", "--no-first-run"])
+        yield b
+        b.close()
