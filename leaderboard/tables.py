@@ -3,11 +3,11 @@ as Markdown, LaTeX and CSV.
 
 Table 2 layout: methods by datasets, SubEM / Echo % / SubEM from echo / F1 / CR for each dataset (echo: the
 generator repeated its prompt instead of answering, ``harness.metrics.echo``); the page and ``leaderboard.md`` show
-``HEADLINE_METRICS`` (SubEM, CR) in Table 2 and the rest in a diagnostics table (``table2_rows(metrics=...)``).
-The best value of each column is bold (oracle rows, which read the gold answers, are left out of "best"); a dagger marks a SubEM or F1 that is not
-significantly different from ``full`` (paired bootstrap, 95%). A row that kept nothing (empty context) on more
-than half of a dataset's questions is never bold for CR there and its CR carries ``∅``: emptied contexts inflate
-a ratio of sums without compressing anything the generator reads.
+``HEADLINE_METRICS`` (SubEM, CR) in Table 2 and the rest in a diagnostics table (``table2_rows(metrics=...)``). The
+best value of each column is bold (oracle rows, which read the gold answers, are left out of "best"); a dagger marks
+a SubEM or F1 that is not significantly different from ``full`` (paired bootstrap, 95%). A row that kept nothing
+(empty context) on more than half of a dataset's questions is never bold for CR there and its CR carries ``∅``:
+emptied contexts inflate a ratio of sums without compressing anything the generator reads.
 The empty-contexts table puts beside each row the share of questions it emptied and its CR over the
 non-empty contexts only (what the generator was given compressed).
 Break-even: compression pays for itself when its time is below the generation time it saves against ``full``
