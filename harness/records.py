@@ -104,6 +104,15 @@ class RunRecords:
             run[field].append(value)
             run_file.write_text(json.dumps(run, indent=1, default=str))
 
+    def mark(self, field: str, value: Any) -> None:
+        """Set ``field`` of ``run.json`` to ``value`` (not part of the key): e.g. the run's context key and the
+        weights of the method that made its contexts (``harness.reuse``)."""
+        run_file = self.folder / RUN
+        run = json.loads(run_file.read_text())
+        if run.get(field) != value:
+            run[field] = value
+            run_file.write_text(json.dumps(run, indent=1, default=str))
+
     def _append(self, name: str, rows: Iterable[dict[str, Any]]) -> None:
         with (self.folder / name).open("a", encoding="utf-8") as f:
             for r in rows:
