@@ -324,7 +324,7 @@ def _without_client_keys(node: Any) -> Any:
     return node
 
 
-def key_config(cfg: DictConfig) -> dict[str, Any]:
+def key_config(cfg: DictConfig, keyed: bool = True) -> dict[str, Any]:
     """The part of a run config that names what a run computes (its key, in ``run.json``): execution settings
     left out (``EXECUTION_KEYS``, ``CLIENT_KEYS`` under the generator and the method, and the speculative decoding
     of the generator and the models, which gives the same tokens), and dataset settings at
@@ -332,7 +332,7 @@ def key_config(cfg: DictConfig) -> dict[str, Any]:
     before those settings existed keep their key and resume (so are the method settings of
     ``DEFAULTED_METHOD_SETTINGS`` at those values); so do the generator's ``prompt`` and ``answer`` at the
     paper's; moved modules and artifact folders keep their old names in it (``harness.renames``) for the same
-    reason."""
+    reason (``keyed=False``: the names as they are, for the context key, which hashes the files they name)."""
     key_cfg = {k: v for k, v in OmegaConf.to_container(cfg, resolve=True).items() if k not in EXECUTION_KEYS}
     for part in ("generator", "models"):  # the same greedy tokens with or without (harness.lm.speculative)
         if isinstance(key_cfg.get(part), dict):
@@ -351,7 +351,14 @@ def key_config(cfg: DictConfig) -> dict[str, Any]:
     if d.get("sample", "first") == "first":
         d.pop("sample", None)
         d.pop("seed", None)
-    return provenance.redact(renames.as_keyed(key_cfg))
+    return provenance.redact(renames.as_keyed(key_cfg) if keyed else key_cfg)
+
+
+def context_key(cfg: DictConfig, compressor: Compressor) -> str | None:
+    """The run's context key (``harness.reuse.identity``): None for a method that reads the generator."""
+    from harness import reuse
+
+    return reuse.identity(key_config(cfg, keyed=False), compressor)
 
 
 def run(cfg: DictConfig, out_dir: str | Path) -> dict[str, Any]:
@@ -386,7 +393,7 @@ def _run(cfg: DictConfig, out_dir: Path, shard: Shard | None) -> dict[str, Any]:
     lat_todo = [e for e in lat_sample if e.id not in records.latency]
     warmup = list(examples[: int(lat.warmup)]) if lat_todo else []
     compressor = build_method(cfg.method)  # not bound yet: nothing loaded
-    key, store = _context_store(cfg, key_cfg, compressor, out_dir, bool(todo or lat_todo))
+    key, store = _context_store(cfg, compressor, out_dir, bool(todo or lat_todo))
     missing = [] if store is None else store.missing(todo, lat_todo) + store.missing(warmup, [])
     if missing and cfg.get("contexts"):
         raise ConfigError(
@@ -538,14 +545,14 @@ def _models(
 
 
 def _context_store(
-    cfg: DictConfig, key_cfg: dict[str, Any], compressor: Compressor, out_dir: Path, needed: bool
+    cfg: DictConfig, compressor: Compressor, out_dir: Path, needed: bool
 ) -> tuple[str | None, ContextStore | None]:
     """The run's context key and where its contexts can be read back (``harness.reuse``): the file of
     ``contexts=FILE``, or, with ``reuse`` on and contexts ``needed``, the runs of the same key under ``results_dir``
     (None when they hold none)."""
     from harness import reuse
 
-    key = reuse.identity(key_cfg, compressor)
+    key = context_key(cfg, compressor)
     if path := cfg.get("contexts"):
         return key, reuse.from_file(path, key, cfg.method.name, cfg.dataset.name)
     if key is None or not cfg.get("reuse", True) or not needed:
