@@ -9,19 +9,23 @@ measured by the run that made the context (batched ones in ``predictions.jsonl``
 
 **The context key** (``identity``): the run's key config (``harness.runner.key_config``) without the generator,
 where every absolute path that exists (the dataset file, trained artifacts) is replaced by the SHA-256 of its
-content and every ``embedded:`` model reference gets the SHA-256 of its weights. It holds the method's config
-(knobs, artifacts), the dataset (file, split, ``top_k``, rank, sample and seed), the profile and the ``models``
-block (the methods' own LMs and encoders, their engine and dtype: configured apart from the generator); a
-context is then matched by example id. The code is not in it, as a resume does not key on the code either.
+content, every ``embedded:`` model reference gets the SHA-256 of its weights, and every ``_target_`` the SHA-256
+of its code (the method's module, or its package's ``.py`` files; ``source_digest``). It holds the method's config
+(knobs, artifacts, code), the dataset (file, split, ``top_k``, rank, sample and seed), the profile and the
+``models`` block (the methods' own LMs and encoders, their engine and dtype: configured apart from the
+generator); a context is then matched by example id. The core's shared code (``harness.text``'s sentence
+splitter, ``harness.influence``) is not in it: a change there calls for ``reuse=false``.
 
 **A method that reads the generator** (``Compressor.reads_generator``: the CI oracle scores with it, a
 token-budget reranker counts with its tokenizer) has no context key and is always computed. Trained artifacts
 labelled through a generator (CompSelect, FineFilter, CSM) are reused: the artifact is fixed, so recomputing under
 another reader gives the same context; their ``trained_through`` stays in ``method_info``.
 
-**Where contexts come from**: the run folders under ``results_dir`` whose ``run.json`` holds the same context key
-(``contexts.key``, written by every run since this module exists; archived runs keep no context text), and the
-file of ``contexts=FILE`` (``python -m leaderboard export-contexts``), which must hold every context the run needs.
+**Where contexts come from**: the run folders under ``results_dir/<profile>/<generator>/<dataset>/<method>`` of
+another generator whose ``run.json`` holds the same context key (``contexts.key``, written by every run since this
+module exists; archived runs keep no context text): a rerun under the same generator computes, as before; and
+the file of ``contexts=FILE`` (``python -m leaderboard export-contexts``), which must hold every context the run
+needs. ``reuse=false`` computes every context (the regression gate runs so).
 """
 
 from __future__ import annotations
@@ -68,10 +72,34 @@ def _model_digest(ref: str) -> str | None:
         return None
 
 
+def source_digest(target: str) -> str | None:
+    """SHA-256 of the code behind a ``_target_``: its module's file, or every ``.py`` file of its package when the
+    module sits in a method's package (``methods/<name>/``); None when it cannot be found."""
+    import importlib.util
+
+    module = target.rsplit(".", 1)[0]
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+        return None
+    origin = Path(spec.origin)
+    files = sorted(origin.parent.glob("*.py")) if (origin.parent / "__init__.py").is_file() else [origin]
+    if origin.parent.name == "methods":  # a single-file method: its own file only
+        files = [origin]
+    listing = [[f.name, hashlib.sha256(f.read_bytes()).hexdigest()] for f in files]
+    return hashlib.sha256(json.dumps(listing).encode()).hexdigest()
+
+
 def _content(node: Any) -> Any:
-    """``node`` with existing absolute paths replaced by their content's digest and model refs given theirs."""
+    """``node`` with existing absolute paths replaced by their content's digest, model refs given theirs and
+    ``_target_`` classes the digest of their code."""
     if isinstance(node, dict):
-        return {k: _content(v) for k, v in node.items()}
+        out = {k: _content(v) for k, v in node.items()}
+        if isinstance(node.get("_target_"), str):
+            out["_target_"] = {"target": node["_target_"], "source_sha256": source_digest(node["_target_"])}
+        return out
     if isinstance(node, list):
         return [_content(v) for v in node]
     if isinstance(node, str) and node.startswith(EMBEDDED):
@@ -189,18 +217,16 @@ def _run_files(root: Path, profile: str, dataset: str, method: str) -> Iterator[
                 yield from sorted(folder.rglob(RUN))
 
 
-def from_results(root: str | Path, key: str, where: tuple[str, str, str], exclude: Path) -> ContextStore:
-    """The contexts under ``root/<profile>/*/<dataset>/<method>`` (``where``) made under ``key`` by runs other than
-    ``exclude`` (this run's folder)."""
+def from_results(root: str | Path, key: str, where: tuple[str, str, str], generator: str) -> ContextStore:
+    """The contexts under ``root/<profile>/*/<dataset>/<method>`` (``where``) made under ``key`` by runs of another
+    generator than ``generator`` (this run's)."""
     store = ContextStore(key)
     for run_file in _run_files(Path(root), *where):
-        if run_file.parent.resolve() == exclude.resolve():
-            continue
         try:
             run = json.loads(run_file.read_text())
         except (OSError, ValueError):
             continue
-        if (run.get("contexts") or {}).get("key") == key:
+        if (run.get("contexts") or {}).get("key") == key and _generator_of(run) != generator:
             store.add_run(run_file.parent, run)
     return store
 

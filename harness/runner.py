@@ -393,7 +393,7 @@ def _run(cfg: DictConfig, out_dir: Path, shard: Shard | None) -> dict[str, Any]:
     lat_todo = [e for e in lat_sample if e.id not in records.latency]
     warmup = list(examples[: int(lat.warmup)]) if lat_todo else []
     compressor = build_method(cfg.method)  # not bound yet: nothing loaded
-    key, store = _context_store(cfg, compressor, out_dir, bool(todo or lat_todo))
+    key, store = _context_store(cfg, compressor, bool(todo or lat_todo))
     missing = [] if store is None else store.missing(todo, lat_todo) + store.missing(warmup, [])
     if missing and cfg.get("contexts"):
         raise ConfigError(
@@ -544,12 +544,10 @@ def _models(
     return generator, generator_loaded
 
 
-def _context_store(
-    cfg: DictConfig, compressor: Compressor, out_dir: Path, needed: bool
-) -> tuple[str | None, ContextStore | None]:
+def _context_store(cfg: DictConfig, compressor: Compressor, needed: bool) -> tuple[str | None, ContextStore | None]:
     """The run's context key and where its contexts can be read back (``harness.reuse``): the file of
-    ``contexts=FILE``, or, with ``reuse`` on and contexts ``needed``, the runs of the same key under ``results_dir``
-    (None when they hold none)."""
+    ``contexts=FILE``, or, with ``reuse`` on and contexts ``needed``, the runs of the same key under another
+    generator under ``results_dir`` (None when they hold none)."""
     from harness import reuse
 
     key = context_key(cfg, compressor)
@@ -557,7 +555,8 @@ def _context_store(
         return key, reuse.from_file(path, key, cfg.method.name, cfg.dataset.name)
     if key is None or not cfg.get("reuse", True) or not needed:
         return key, None
-    store = reuse.from_results(cfg.results_dir, key, (cfg.profile.name, cfg.dataset.name, cfg.method.name), out_dir)
+    where = (cfg.profile.name, cfg.dataset.name, cfg.method.name)
+    store = reuse.from_results(cfg.results_dir, key, where, str(cfg.generator.name))
     if store.records:
         log.info("%s: %d contexts read back from earlier runs (harness.reuse)", cfg.method.name, len(store.records))
     return key, store if store.records else None
