@@ -154,7 +154,7 @@ def test_documents_split_back_exactly_or_are_kept():
 
 
 def test_a_rerun_under_the_same_generator_computes_its_contexts(source, tmp_path):
-    cfg = compose_cfg("method=bm25", *SOURCE, "latency.samples=0", f"results_dir={source}")
+    cfg = compose_cfg("method=bm25", *SOURCE, f"results_dir={source}")
     summary = run(cfg, tmp_path / "again")
     assert summary["run"]["method_bound"] is True and summary["reused_contexts"] == 0
     assert json.loads((tmp_path / "again" / "run.json").read_text())["contexts"]["key"]
