@@ -80,6 +80,9 @@ class Compressor:
     """
 
     name: str = "compressor"
+    # whether the context depends on the run's generator (it calls it, or counts with its tokenizer): such a method
+    # is computed under every generator, never read back from another reader's run (``harness.reuse``)
+    reads_generator: bool = False
 
     def __init__(self) -> None:
         self.env: MethodEnv | None = None

@@ -130,6 +130,15 @@ class RunRecords:
             run[field].append(value)
             run_file.write_text(json.dumps(run, indent=1, default=str))
 
+    def mark(self, field: str, value: Any) -> None:
+        """Set ``field`` of ``run.json`` to ``value`` (not part of the key): e.g. the run's context key and the
+        weights of the method that made its contexts (``harness.reuse``)."""
+        run_file = self.folder / RUN
+        run = json.loads(run_file.read_text())
+        if run.get(field) != value:
+            run[field] = value
+            run_file.write_text(json.dumps(run, indent=1, default=str))
+
     def _append(self, name: str, rows: Iterable[dict[str, Any]]) -> None:
         """Append ``rows`` and flush them to disk; on a full disk, cut the file back to its last whole record and
         raise ``DiskFull``."""

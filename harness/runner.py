@@ -19,15 +19,27 @@ from harness.data import DatasetError, DatasetSpec, LoadedDataset, load_dataset_
 from harness.prompt import render_documents
 from harness.protocols import Compressor, Generator, MethodEnv
 from harness.records import RUN, RunRecords, config_key, folder_disk_full, summarize
+from harness.reuse import ContextStore, StoredContexts, documents_field, stamp
 from harness.runlock import run_lock
 from harness.shards import Shard, merge_if_complete, write_shard_summary
 from harness.types import Compressed, Example, Unit
-from harness.validate import validate_config
+from harness.validate import ConfigError, validate_config
 
 log = logging.getLogger(__name__)
 
 # Settings that change how a run is executed, not what it computes: a folder may be resumed under other values.
-EXECUTION_KEYS = ("limit", "batch_size", "latency", "progress", "results_dir", "lm", "shard", "on_error")
+EXECUTION_KEYS = (
+    "limit",
+    "batch_size",
+    "latency",
+    "progress",
+    "results_dir",
+    "lm",
+    "shard",
+    "on_error",
+    "reuse",
+    "contexts",
+)
 # Settings of a server client (harness/lm/server.py), wherever they sit under the generator or a method: where and
 # how calls go, not what they compute (a run resumes against a restarted server on another port).
 CLIENT_KEYS = ("base_url", "api_key_env", "concurrency", "timeout_s", "retries", "backoff_s")
@@ -79,6 +91,7 @@ def _record(
         "prediction": gen.answer,
         "raw_output": gen.text,
         "context": context,
+        **documents_field(comp.documents),  # where the context does not split back into them (harness.reuse)
         "units": _units(comp.units),
         "original_tokens": original,
         "compressed_tokens": compressed,
@@ -241,11 +254,13 @@ def latency_pass(
     generator: Generator,
     records: RunRecords,
     progress: bool,
+    store: ContextStore | None = None,
 ) -> float:
     """The papers' latency protocol: one example at a time after ``warmup`` untimed ones, each as if unseen
     (the model layer's call cache bypassed, every engine's prefix cache and the sentence-split memo emptied
     before it: the accuracy pass has just computed these prompts). Returns the model seconds spent. An example
-    that fails is not timed (the accuracy pass has already stopped the run on it, or recorded it)."""
+    that fails is not timed (the accuracy pass has already stopped the run on it, or recorded it). An example whose
+    context and batch-1 timing ``store`` holds is read back (``harness.reuse``): only its generation is timed."""
     from harness.lm import cache as lm_cache
     from harness.lm import forget_prefixes
     from harness.text import forget_splits
@@ -254,18 +269,25 @@ def latency_pass(
         forget_prefixes()
         forget_splits()
 
+    reader = None if store is None else StoredContexts(store, compressor.name)
+
+    def stored(e: Example, timed: bool) -> bool:
+        return store is not None and e.id in store.records and (not timed or e.id in store.latency)
+
     spent = 0.0
     with lm_cache.bypassed():
         for e in warmup:
             forget()
-            process([e], compressor, generator, on_error="skip")
+            process([e], reader if stored(e, False) else compressor, generator, on_error="skip")
         for e in tqdm(todo, desc="latency (batch 1)", unit="ex", disable=not progress):
             forget()
-            rows, secs = process([e], compressor, generator, on_error="skip")
+            rows, secs = process([e], reader if stored(e, True) else compressor, generator, on_error="skip")
             spent += secs
+            if stored(e, True):
+                stamp(rows, store, latency=True)
             if "error" in rows[0]:  # failed in the accuracy pass too (on_error: skip): not timed
                 continue
-            keep = ("id", "compress_s", "generate_s", "stages", "threads", "replayed")
+            keep = ("id", "compress_s", "generate_s", "stages", "threads", "replayed", "reused", "compress_threads")
             records.add_latency([{k: rows[0][k] for k in keep if k in rows[0]}])
     return spent
 
@@ -303,7 +325,7 @@ def _without_client_keys(node: Any) -> Any:
     return node
 
 
-def key_config(cfg: DictConfig) -> dict[str, Any]:
+def key_config(cfg: DictConfig, keyed: bool = True) -> dict[str, Any]:
     """The part of a run config that names what a run computes (its key, in ``run.json``): execution settings
     left out (``EXECUTION_KEYS``, ``CLIENT_KEYS`` under the generator and the method, and the speculative decoding
     of the generator and the models, which gives the same tokens), and dataset settings at
@@ -311,7 +333,7 @@ def key_config(cfg: DictConfig) -> dict[str, Any]:
     before those settings existed keep their key and resume (so are the method settings of
     ``DEFAULTED_METHOD_SETTINGS`` at those values); so do the generator's ``prompt`` and ``answer`` at the
     paper's; moved modules and artifact folders keep their old names in it (``harness.renames``) for the same
-    reason."""
+    reason (``keyed=False``: the names as they are, for the context key, which hashes the files they name)."""
     key_cfg = {k: v for k, v in OmegaConf.to_container(cfg, resolve=True).items() if k not in EXECUTION_KEYS}
     for part in ("generator", "models"):  # the same greedy tokens with or without (harness.lm.speculative)
         if isinstance(key_cfg.get(part), dict):
@@ -330,7 +352,14 @@ def key_config(cfg: DictConfig) -> dict[str, Any]:
     if d.get("sample", "first") == "first":
         d.pop("sample", None)
         d.pop("seed", None)
-    return provenance.redact(renames.as_keyed(key_cfg))
+    return provenance.redact(renames.as_keyed(key_cfg) if keyed else key_cfg)
+
+
+def context_key(cfg: DictConfig, compressor: Compressor) -> str | None:
+    """The run's context key (``harness.reuse.identity``): None for a method that reads the generator."""
+    from harness import reuse
+
+    return reuse.identity(key_config(cfg, keyed=False), compressor)
 
 
 def run(cfg: DictConfig, out_dir: str | Path) -> dict[str, Any]:
@@ -364,27 +393,40 @@ def _run(cfg: DictConfig, out_dir: Path, shard: Shard | None) -> dict[str, Any]:
     examples = loaded.examples
     key_cfg = key_config(cfg)
     records = RunRecords(out_dir, config_key(key_cfg), key_cfg)
-    t_load = time.perf_counter()
-    generator, generator_loaded, compressor = _models(cfg, records)
-    load_s = time.perf_counter() - t_load
-
     todo = [e for e in mine if "error" in records.predictions.get(e.id, {"error": "not yet run"})]
-    model_s = _accuracy_pass(cfg, todo, len(mine), shard, compressor, generator, records)
     lat = cfg.latency
     lat_sample = examples[: int(lat.samples)]
     if shard is not None:  # the shard's part of the unsharded run's latency sample
         lat_sample = shard.take(lat_sample)
     lat_todo = [e for e in lat_sample if e.id not in records.latency]
+    warmup = list(examples[: int(lat.warmup)]) if lat_todo else []
+    compressor = build_method(cfg.method)  # not bound yet: nothing loaded
+    key, store = _context_store(cfg, compressor, bool(todo or lat_todo))
+    missing = [] if store is None else store.missing(todo, lat_todo) + store.missing(warmup, [])
+    if missing and cfg.get("contexts"):
+        raise ConfigError(
+            f"contexts={cfg.contexts}: {len(missing)} contexts (or batch-1 timings) of {cfg.method.name}/"
+            f"{cfg.dataset.name} this run needs are not in it (e.g. example {missing[0]}): another sample, top_k, "
+            "limit or latency.samples than the file's"
+        )
+    t_load = time.perf_counter()
+    bind = store is None or bool(missing)
+    generator, generator_loaded = _models(cfg, records, compressor, bind, (key, store))
+    load_s = time.perf_counter() - t_load
+
+    model_s = _accuracy_pass(cfg, todo, len(mine), shard, compressor, generator, records, store)
     if lat_todo:
-        model_s += latency_pass(lat_todo, examples[: int(lat.warmup)], compressor, generator, records, cfg.progress)
+        model_s += latency_pass(lat_todo, warmup, compressor, generator, records, cfg.progress, store)
 
     preds = [records.predictions[e.id] for e in mine]
     lats = [records.latency[e.id] for e in lat_sample if e.id in records.latency]
     wall_s = time.perf_counter() - t_start - load_s
     timing = {"wall_s": wall_s, "model_s": model_s, "load_s": load_s, "computed": len(todo)}
     summary = _summary(cfg, summarize(preds, lats), len(loaded.skipped), timing, generator_loaded)
+    summary["run"]["method_bound"] = bind
+    summary["reused_contexts"] = sum("reused" in r for r in preds)
     summary.update(
-        method_info=compressor.describe(),
+        method_info=compressor.describe() if bind else _reused_info(store),
         generator_info=generator.describe(),
         config=provenance.redact(OmegaConf.to_container(cfg, resolve=True)),
         config_key=records_key(records),
@@ -426,18 +468,25 @@ def _accuracy_pass(
     compressor: Compressor,
     generator: Generator,
     records: RunRecords,
+    store: ContextStore | None = None,
 ) -> float:
     """The examples not yet recorded, in batches of ``batch_size``, each batch recorded as it ends (a resume
-    goes on from there). Returns the model seconds spent."""
+    goes on from there); those whose context ``store`` holds first, read back (``harness.reuse``). Returns the
+    model seconds spent."""
     on_error = str(cfg.get("on_error", "fail"))
     model_s = 0.0
     name = f"{cfg.method.name}/{cfg.dataset.name}" + ("" if shard is None else f" shard {shard.index}/{shard.count}")
+    held = set() if store is None else {e.id for e in todo if e.id in store.records}
+    groups = [([e for e in todo if e.id not in held], compressor)]
+    if held:
+        groups.insert(0, ([e for e in todo if e.id in held], StoredContexts(store, compressor.name)))
     with tqdm(total=total, initial=total - len(todo), desc=name, unit="ex", disable=not cfg.progress) as bar:
-        for batch in _batches(todo, int(cfg.batch_size)):
-            rows, secs = process(batch, compressor, generator, int(cfg.batch_size), on_error)
-            model_s += secs
-            records.add_predictions(rows)
-            bar.update(len(batch))
+        for group, method in groups:
+            for batch in _batches(group, int(cfg.batch_size)):
+                rows, secs = process(batch, method, generator, int(cfg.batch_size), on_error)
+                model_s += secs
+                records.add_predictions(rows if method is compressor else stamp(rows, store))
+                bar.update(len(batch))
     return model_s
 
 
@@ -471,9 +520,13 @@ def _summary(
     }
 
 
-def _models(cfg: DictConfig, records: RunRecords) -> tuple[Generator, bool, Compressor]:
-    """The run's generator (and whether this call loaded it) and its bound method, their weights checked against
-    the folder's records; the LM call cache and speculative decoding configured first, as the run asks."""
+def _models(
+    cfg: DictConfig, records: RunRecords, compressor: Compressor, bind: bool, contexts: tuple[str | None, Any]
+) -> tuple[Generator, bool]:
+    """The run's generator (and whether this call loaded it), and the method bound to it unless ``bind`` is false
+    (every context is read back: ``harness.reuse``); their weights checked against the folder's records, and the
+    run's context key noted in ``run.json`` (``contexts``); the LM call cache and speculative decoding configured
+    first, as the run asks. ``contexts``: the context key and the store (None without one)."""
     from harness.lm import cache as lm_cache
     from harness.lm import speculative
 
@@ -482,16 +535,44 @@ def _models(cfg: DictConfig, records: RunRecords) -> tuple[Generator, bool, Comp
     speculative.configure(cfg.models.get("speculative"))  # every LM the method starts
     _THREADS["n"] = cfg.generator.get("threads")
     generator, generator_loaded = get_generator(cfg.generator)
-    compressor = build_method(cfg.method)
-    compressor.bind(MethodEnv(count_tokens=generator.count_tokens, generator=generator))
+    key, store = contexts
+    if bind:
+        compressor.bind(MethodEnv(count_tokens=generator.count_tokens, generator=generator))
+        method = {"method_weights": weight_digests(compressor.describe()), "method_info": compressor.describe()}
+    else:
+        method = {k: store.method.get(k) for k in ("method_weights", "method_info")}
     gen_info = generator.describe()
     engine = [f"engine {gen_info.get('backend')} {gen_info.get('dtype')}"]  # bf16 and fp32 answers differ
-    records.check_weights(weight_digests(compressor.describe()) + weight_digests(gen_info) + engine)
+    records.check_weights(list(method["method_weights"] or []) + weight_digests(gen_info) + engine)
+    records.mark("contexts", {"key": key, **method})
     if gen_info.get("server"):
         records.note_server(gen_info["server"])
     spec = {"generator": (gen_info.get("lm") or {}).get("speculative"), "models": _plain(cfg.models.get("speculative"))}
     records.note("speculative", spec)
-    return generator, generator_loaded, compressor
+    return generator, generator_loaded
+
+
+def _context_store(cfg: DictConfig, compressor: Compressor, needed: bool) -> tuple[str | None, ContextStore | None]:
+    """The run's context key and where its contexts can be read back (``harness.reuse``): the file of
+    ``contexts=FILE``, or, with ``reuse`` on and contexts ``needed``, the runs of the same key under another
+    generator under ``results_dir`` (None when they hold none)."""
+    from harness import reuse
+
+    key = context_key(cfg, compressor)
+    if path := cfg.get("contexts"):
+        return key, reuse.from_file(path, key, cfg.method.name, cfg.dataset.name)
+    if key is None or not cfg.get("reuse", True) or not needed:
+        return key, None
+    where = (cfg.profile.name, cfg.dataset.name, cfg.method.name)
+    store = reuse.from_results(cfg.results_dir, key, where, str(cfg.generator.name))
+    if store.records:
+        log.info("%s: %d contexts read back from earlier runs (harness.reuse)", cfg.method.name, len(store.records))
+    return key, store if store.records else None
+
+
+def _reused_info(store: ContextStore | None) -> dict[str, Any]:
+    """The method's ``describe()`` as the run that made the contexts recorded it (the method was not bound)."""
+    return {**((store.method.get("method_info") if store else None) or {}), "contexts_reused": True}
 
 
 def _plain(node: Any) -> Any:

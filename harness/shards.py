@@ -182,6 +182,8 @@ def merge(run_folder: str | Path, count: int | None = None) -> dict[str, Any]:
     with run_lock(run_folder, wait=True):
         records = RunRecords(run_folder, runs[0]["key"], runs[0]["config"])
         records.check_weights(runs[0].get("weights") or [])
+        if runs[0].get("contexts"):  # the context key (harness.reuse): the merged records can be read back
+            records.mark("contexts", runs[0]["contexts"])
         for server in runs[0].get("servers") or []:
             records.note_server(server)
         records.add_predictions([preds[i] for i in full if i not in records.predictions])

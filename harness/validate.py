@@ -69,7 +69,7 @@ def _int(lo: int | None = None, null: bool = False) -> Rule:
 FRACTION = Rule(lo=0, hi=1, null=True)  # a share that may be 0 (reduce_ratio: drop nothing)
 RATE = Rule(lo=0, hi=1, lo_open=True, null=True)  # a share to keep: 0 keeps nothing
 
-FLAGS = ("progress", "dataset.skip_unanswerable")  # booleans
+FLAGS = ("progress", "reuse", "dataset.skip_unanswerable")  # booleans
 CHOICES = {"on_error": ("fail", "skip")}
 
 TOP_LEVEL: dict[str, Rule] = {

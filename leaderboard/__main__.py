@@ -1,6 +1,6 @@
 """``python -m leaderboard publish <results> <out>`` | ``archive <results>... <dest>`` | ``collect <results>`` |
-``compare <results> A B --dataset D``. (``add VARIANT`` only names ``python -m tools.add_row VARIANT``: publishing a
-new row runs models, and the leaderboard never does.)"""
+``compare <results> A B --dataset D`` | ``export-contexts <results> <out.jsonl.gz>``. (``add VARIANT`` only names
+``python -m tools.add_row VARIANT``: publishing a new row runs models, and the leaderboard never does.)"""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ COLLECTED = ("profile", "generator", "dataset", "variant", "n", "subem", "em", "
 
 
 def parser() -> argparse.ArgumentParser:
-    """The subcommands: publish, archive, collect, compare; add only names the tool that adds a row."""
+    """The subcommands: publish, archive, collect, compare, export-contexts; add only names the tool that adds a row."""
     ap = argparse.ArgumentParser(prog="python -m leaderboard", description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("publish", help="write Markdown, CSV, LaTeX, plots and index.html")
@@ -53,6 +53,13 @@ def parser() -> argparse.ArgumentParser:
     k.add_argument("--no-contexts", action="store_true", help="leave the kept contexts out")
     a = sub.add_parser("add", help="not here: prints the command that runs, times and publishes a new row")
     a.add_argument("args", nargs=argparse.REMAINDER, help="VARIANT [options] [overrides], as tools.add_row takes them")
+    x = sub.add_parser("export-contexts", help="a block's Table 2 contexts as JSONL.gz, for any generator to read")
+    x.add_argument("results", help="results root holding the runs' full records (not leaderboard/runs)")
+    x.add_argument("out", help="output file (.jsonl.gz)")
+    x.add_argument("--block", help="GENERATOR or PROFILE/GENERATOR (default: the block of the newest run)")
+    x.add_argument("--variants", help="comma-separated variants (default: the 13 Table 2 rows)")
+    x.add_argument("--sample", default="shuffled seed 0", help="the runs' sample (default 'shuffled seed 0')")
+    x.add_argument("--datasets", default="nq,triviaqa,hotpotqa", help="comma-separated (default: the three)")
     return ap
 
 
@@ -71,6 +78,15 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {e}", file=sys.stderr)
             return 2
         lines = report(c, contexts=not a.no_contexts)
+    elif a.cmd == "export-contexts":
+        from leaderboard.contexts import ExportError, export_contexts
+
+        variants = a.variants.split(",") if a.variants else None
+        try:
+            lines = [str(export_contexts(a.results, a.out, a.block, variants, a.sample, a.datasets.split(",")))]
+        except ExportError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
     elif a.cmd == "publish":
         from leaderboard.publish import publish
 

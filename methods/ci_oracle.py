@@ -37,6 +37,7 @@ from harness.types import Compressed, Example
 
 class CIOracle(Compressor):
     name = "ci_oracle"
+    reads_generator = True  # CI values are the generator's losses under its prompt (harness.reuse)
 
     def __init__(
         self,

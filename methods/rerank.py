@@ -53,6 +53,11 @@ class RerankSelect(Compressor):
         self.scorer, self.granularity = scorer, granularity
         self.top_k, self.rate, self.with_titles = top_k, rate, with_titles
 
+    @property
+    def reads_generator(self) -> bool:  # type: ignore[override]
+        """A ``rate`` budget counts tokens with the generator's tokenizer (harness.reuse)."""
+        return self.rate is not None
+
     def bind(self, env: MethodEnv) -> None:
         super().bind(env)
         self.scorer.load()

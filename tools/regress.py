@@ -309,7 +309,9 @@ def run_cell(grid: dict[str, Any], dataset: str, method: str, out: Path) -> tupl
     from harness.runner import run
 
     limit = int(grid["limit"])
+    # reuse=false: every context computed, never read back from an earlier run (harness.reuse)
     overrides = [f"method={method}", f"dataset={dataset}", f"limit={limit}", "progress=false", "latency.samples=0"]
+    overrides.append("reuse=false")
     cfg = compose_config("config", [*overrides, *grid["overrides"]])
     folder = out / cfg.profile.name / cfg.generator.name / dataset / method
     t0 = time.perf_counter()
