@@ -665,7 +665,7 @@ def _retrieval_view(page: _Page, d: _Data, b: Block, which: str) -> None:
     (in an archived block, only where it has rows run with ``dataset.top_k``)."""
     out, slug = page.out, _slug(b.profile, b.gen)
     if which == retrieval.FAILS:
-        title = f"{which} (000 Table 7)"
+        title = f"{which} (CompSelect's Table 7)"
         md, body, csv = retrieval.fails_section(
             d.full, d.ref, b.profile, b.gen, b.baseline, out / f"unreliable_{slug}.csv"
         )

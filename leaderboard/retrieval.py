@@ -343,7 +343,7 @@ def more_words(t: pd.DataFrame, names: list[str], k_default: int = 5) -> str:
 FAILS = "When retrieval fails"
 MORE = "More passages"
 _FAILS_INTRO = (
-    "000's Table 7 on this block: every Table 2 row (and `compselect_no_truncator`, the paper's \"Ours w/o "
+    "CompSelect's Table 7 on this block: every Table 2 row (and `compselect_no_truncator`, the paper's \"Ours w/o "
     'truncator", where it ran) re-scored on the questions whose passages, as the run read them (its top-k after its '
     "ranking: BM25 on HotpotQA), hold no gold answer (the data's `has_answer`), and beside it on the others. "
     "95% bootstrap intervals; Δ = the row minus `{baseline}` on the same questions of the same subset (paired "
