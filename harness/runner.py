@@ -45,15 +45,61 @@ EXECUTION_KEYS = (
 CLIENT_KEYS = ("base_url", "api_key_env", "concurrency", "timeout_s", "retries", "backoff_s")
 
 
+# Generator settings that say how it reads (its prompt, answer rule, lengths), not which model it runs: a switch of
+# generator that changes only these keeps the model (the next generator's ``get_lm`` hands back the same LM).
+READING_KEYS = ("name", "prompt", "answer", "max_new_tokens", "max_input_tokens", "chat_template_kwargs")
+
+
 def get_generator(cfg: DictConfig) -> tuple[Generator, bool]:
-    """The shared generator for this config, built once per process (a multirun reuses it).
+    """The shared generator for this config, built once per process (a multirun reuses it); a generator of another
+    config is released first (``release_generators``), so that one generator's engine is alive at a time.
 
     Returns the generator and whether this call loaded it."""
-    key = ("generator", json.dumps(OmegaConf.to_container(cfg, resolve=True), sort_keys=True))
+    settings = OmegaConf.to_container(cfg, resolve=True)
+    key = ("generator", json.dumps(settings, sort_keys=True))
     fresh = key not in resources.loaded()
     if fresh:
+        release_generators(settings)
         log.info("loading generator %s (%s)", cfg.name, cfg._target_)
-    return resources.shared(key, lambda: instantiate(cfg)), fresh
+    generator = resources.shared(key, lambda: instantiate(cfg))
+    if fresh:
+        from harness.lm import live
+
+        log.info("LMs alive after loading generator %s: %s", cfg.name, [lm.ref for lm in live()])
+    return generator, fresh
+
+
+def release_generators(next_settings: dict[str, Any] | None = None) -> int:
+    """Forget the process's generators and close the LMs they hold (``harness.lm.release``: each vLLM engine
+    reserves its share of GPU memory until closed), except the LM of one that differs from ``next_settings`` (the
+    generator about to load) only in ``READING_KEYS``: the next one gets it back. Returns how many LMs were closed.
+
+    A method's LM that is the same instance (same weights, engine, dtype) goes too: methods are built and bound
+    per run (``_run``), so the next run's method asks ``get_lm`` again and reloads it."""
+    from harness.lm import LM, release
+
+    old = [k for k in resources.loaded() if k[0] == "generator"]
+    closing: list[LM] = []
+    names: list[str] = []
+    for k, gen in zip(old, resources.drop(lambda k, _: k not in old), strict=True):
+        if next_settings is not None and _reading_only(json.loads(k[1]), next_settings):
+            log.info("generator switch: %s dropped, its LM kept for the next one (same model)", gen.name)
+            continue
+        closing += [v for v in getattr(gen, "__dict__", {}).values() if isinstance(v, LM)]
+        names.append(str(gen.name))
+    if not names:
+        return 0
+    engines = sum(len(lm.engines()) for lm in closing)
+    closed = release(lambda lm: any(lm is c for c in closing))
+    refs = [lm.ref for lm in closing]
+    log.info("generator switch: %s released: %d LMs closed (%d engines): %s", ", ".join(names), closed, engines, refs)
+    return closed
+
+
+def _reading_only(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether two generator configs differ only in how they read (``READING_KEYS``)."""
+    strip = lambda s: {k: v for k, v in s.items() if k not in READING_KEYS}  # noqa: E731
+    return strip(a) == strip(b)
 
 
 def build_method(method_cfg: DictConfig) -> Compressor:

@@ -155,3 +155,49 @@ def test_paper_generators_sweep_on_tiny_random_models(tmp_path):
             assert x["prompt_tokens"] == len(expected), (config, x["id"])
             assert x["original_tokens"] == x["compressed_tokens"] == len(x["context"].encode()), (config, x["id"])
             assert 0 < x["completion_tokens"] <= 32 and x["prediction"] == x["raw_output"].strip().rstrip(".")
+    switches_released_the_previous_reader(tmp_path / "results" / "paper", tmp_path / "models")
+
+
+def switches_released_the_previous_reader(root: Path, models: Path) -> None:
+    """Each job's log (Hydra's ``__main__.log``, in sweep order): the job after a switch closed the previous reader's
+    LM and its engine before its own loaded (``harness.runner.release_generators``), and the model layer's live LMs
+    after the load were its own reader's alone."""
+    order = list(GENERATORS.values())
+    for i, (name, *_) in enumerate(order):
+        [log] = (root / name / "nq" / "full").rglob("__main__.log")
+        lines = log.read_text().splitlines()
+        alive = [x.split(": ", 1)[1] for x in lines if "LMs alive after loading generator" in x]
+        assert alive == [repr([str(models / name)])], (name, alive)  # one LM: this reader's, none of the earlier
+        switch = [x for x in lines if "generator switch:" in x]
+        if i == 0:
+            assert switch == [], switch
+            continue
+        previous = order[i - 1][0]
+        closed = f"generator switch: {previous} released: 1 LMs closed (1 engines): {[str(models / previous)]!r}"
+        assert [x.split(" - ", 1)[-1] for x in switch] == [closed], switch
+
+
+def test_a_switch_keeps_the_model_only_for_a_reader_that_reads_differently():
+    """``get_generator`` in one process (SmolLM2 on transformers, bf16: not the session fixture's LM): another prompt
+    keeps the LM for the next generator; another batch size (the engine's setting) closes it and loads a new one,
+    and the process holds one generator and its LM after each switch."""
+    from harness import resources
+    from harness.lm import live
+    from harness.runner import get_generator, release_generators
+    from tests.test_run import compose_cfg
+
+    base = ["generator=smollm2_transformers", "generator.dtype=bfloat16"]
+
+    def load(*overrides: str):
+        generator, fresh = get_generator(compose_cfg(*base, *overrides).generator)
+        assert fresh and sum(k[0] == "generator" for k in resources.loaded()) == 1
+        return generator
+
+    first = load()
+    reread = load("generator.prompt=paper", "generator.answer=paper")
+    assert reread.lm is first.lm and reread.name != first.name
+    other = load("generator.batch_size=4")
+    assert other.lm is not first.lm and not any(lm is first.lm for lm in live())
+    assert any(lm is other.lm for lm in live())
+    assert release_generators() == 1 and not any(lm is other.lm for lm in live())
+    assert not any(k[0] == "generator" for k in resources.loaded())
