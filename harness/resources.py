@@ -2,8 +2,9 @@
 
 The model layer (``harness.lm``) keeps its models here, so the generator's model, a method's token scorer and a
 classifier prompt on the same LM share one copy, and a Hydra multirun in one process loads each model once; the
-run loop keeps its generator here too. A method may share an object it builds on a model-layer model (a
-compressor wrapping the shared LM) with ``shared(key, build)``; it never loads weights of its own here.
+run loop keeps its generator here too, one at a time (a switch releases the last: ``runner.release_generators``).
+A method may share an object it builds on a model-layer model (a compressor wrapping the shared LM) with
+``shared(key, build)``; it never loads weights of its own here.
 """
 
 from __future__ import annotations

@@ -52,12 +52,19 @@ case "$group" in
   *) echo "usage: $0 [baselines|trained|all|table2] [hydra overrides...]" >&2; exit 2 ;;
 esac
 
+# generator=a,b first: Hydra's sweep runs the first list outermost, so each generator's runs come together and a
+# generator switch (which closes the previous one's engines: harness.runner.release_generators) happens once
+readers=() rest=()
+for a in "$@"; do
+  case "$a" in generator=*) readers+=("$a") ;; *) rest+=("$a") ;; esac
+done
 cmd=(
   "${PYTHON:-.venv/bin/python}" -m harness -m
+  ${readers[@]+"${readers[@]}"}
   "method=$(IFS=,; echo "${methods[*]}")"
   dataset=nq,triviaqa,hotpotqa dataset.sample=shuffled dataset.seed=0 "limit=$limit"
   "results_dir=${RESULTS:-results-snapshot}"
-  "$@"
+  ${rest[@]+"${rest[@]}"}
 )
 if [ -n "${DRY_RUN:-}" ]; then
   echo "${cmd[*]}"

@@ -7,6 +7,8 @@ The tiny models' tokenizer is byte-level (one token per byte of plain text, one 
 family's chat format (Qwen3 with thinking off), and ``original_tokens`` shows CR is counted with that tokenizer.
 The two chat templates are the documented Llama-3 and Qwen3 formats for system/user turns, written for the test;
 the real ones ship with the hub checkpoints.
+
+Between readers the sweep releases the previous one (``harness.runner.release_generators``): the jobs' logs show it.
 """
 
 from __future__ import annotations
@@ -201,3 +203,18 @@ def test_a_switch_keeps_the_model_only_for_a_reader_that_reads_differently():
     assert any(lm is other.lm for lm in live())
     assert release_generators() == 1 and not any(lm is other.lm for lm in live())
     assert not any(k[0] == "generator" for k in resources.loaded())
+
+
+def test_snapshot_script_puts_the_reader_sweep_outermost():
+    """``scripts/snapshot.sh table2 ... generator=a,b``: the generator list goes before the method list (Hydra's
+    sweep runs the first list outermost), so each reader's runs come together and the reader switches once."""
+    done = subprocess.run(
+        ["bash", str(REPO / "scripts" / "snapshot.sh"), "table2", "profile=paper", "generator=a,b", "generator.x=1"],
+        env={"DRY_RUN": "1", "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    args = done.stdout.split()
+    assert args[1:5] == ["-m", "harness", "-m", "generator=a,b"] and args[5].startswith("method=naive,full,")
+    assert args[-2:] == ["profile=paper", "generator.x=1"]
