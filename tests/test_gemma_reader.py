@@ -88,3 +88,18 @@ def test_the_reader_answers_real_nq_questions_from_their_gold_sentences(gemma):
     assert all("\n" not in o.text and not echo(o.answer, e.question) for e, o in zip(examples, outs, strict=True))
     # fp32 greedy here: "Albert Einstein" (gold Röntgen), "May 18, 2018" (right), a restated clause (wrong)
     assert sum(subem(o.answer, e.answers) for e, o in zip(examples, outs, strict=True)) >= 1
+
+
+def test_the_shipped_configs_ask_with_the_prompt_the_published_selection_chose():
+    import pandas as pd
+    from omegaconf import OmegaConf
+
+    from harness.provenance import REPO_ROOT
+    from research.prompt_selection.select import choose
+
+    figures = pd.read_csv(REPO_ROOT / "research" / "prompt_selection" / "gemma3-figures-n50.csv")
+    prompt, answer = choose(figures).index[0]
+    assert choose(figures).iloc[0].passes  # echo <= 5 % in every (dataset, context) cell
+    for engine in ("vllm", "transformers"):
+        cfg = OmegaConf.load(REPO_ROOT / "conf" / "generator" / f"gemma3_270m_{engine}.yaml")
+        assert (cfg.prompt, cfg.answer, cfg.max_new_tokens) == (prompt, answer, 32)

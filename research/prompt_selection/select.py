@@ -32,7 +32,8 @@ bootstrap of SubEM (``first_line``) between two methods on the questions both ra
         limit=50 latency.samples=0 results_dir=results-prompt-selection-gemma
     python -m research.prompt_selection.select results-prompt-selection-gemma --n 50 --cap 16 \\
         --tokenizer embedded:gemma3-270m --out research/prompt_selection/gemma3-figures-n50.csv
-    python -m research.prompt_selection.select results-prompt-selection-gemma --paired full,naive
+    python -m research.prompt_selection.select results-prompt-selection-gemma --paired full,naive --n 100 \\
+        --out research/prompt_selection/gemma3-full-vs-naive-n100.csv
 """
 
 from __future__ import annotations
@@ -170,7 +171,10 @@ def main() -> None:
     ap.add_argument("--paired", help="A,B: the paired test of SubEM, method A minus method B, per prompt and dataset")
     args = ap.parse_args()
     if args.paired:
-        print(paired(args.root, *args.paired.split(","), n=args.n).round(3).to_string(index=False))
+        test = paired(args.root, *args.paired.split(","), n=args.n).round(3)
+        if args.out:
+            test.to_csv(args.out, index=False)
+        print(test.to_string(index=False))
         return
     tokenizer = None
     if args.cap:
