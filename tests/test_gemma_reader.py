@@ -103,3 +103,10 @@ def test_the_shipped_configs_ask_with_the_prompt_the_published_selection_chose()
     for engine in ("vllm", "transformers"):
         cfg = OmegaConf.load(REPO_ROOT / "conf" / "generator" / f"gemma3_270m_{engine}.yaml")
         assert (cfg.prompt, cfg.answer, cfg.max_new_tokens) == (prompt, answer, 32)
+
+
+def test_a_chat_server_refuses_a_completion_prompt_in_one_line():
+    from harness.generators.openai_server import OpenAIServerGenerator
+
+    with pytest.raises(ConfigError, match=r"^generator.prompt='completion_k3': a completion prompt needs a local"):
+        OpenAIServerGenerator("x", "m", "http://127.0.0.1:9", "embedded:gemma3-270m", prompt="completion_k3")
