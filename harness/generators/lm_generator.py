@@ -108,11 +108,18 @@ class LMGenerator:
 
     def generate(self, prompts: Sequence[Messages]) -> list[Generation]:
         encoded = [self._encode(m) for m in prompts]
-        outs = self.lm.generate(encoded, self.max_new_tokens)
+        outs = self.lm.generate(encoded, self.max_new_tokens, self.stop_ids())
         return [
             Generation(o.text, self.answer_rule(o.text), len(e), len(o.token_ids), truncated_of(m))
             for m, e, o in zip(prompts, encoded, outs, strict=True)
         ]
+
+    def stop_ids(self) -> list[int] | None:
+        """The tokens a reply ends at: the model's end of turn (None: the model layer's default), plus every
+        line-break token where the template stops at a newline (a completion prompt)."""
+        if getattr(self.prompt, "stop", "") != "\n":
+            return None
+        return self.lm.stop_ids + [i for i in self.lm.newline_ids() if i not in self.lm.stop_ids]
 
     def answer_nll(self, prompts: Sequence[Messages], answers: Sequence[str]) -> list[float]:
         """Teacher-forced mean NLL per token of each answer (followed by end-of-turn) after its chat prompt."""

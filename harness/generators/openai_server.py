@@ -57,6 +57,10 @@ class OpenAIServerGenerator:
         context_length: int = 8192,
     ) -> None:
         self.prompt, self.answer, self.answer_rule = get_prompt(prompt), answer, answer_rule(answer)
+        if getattr(self.prompt, "stop", ""):  # a CompletionPrompt: raw text, which a chat endpoint would template
+            raise ConfigError(
+                f"generator.prompt={prompt!r}: a completion prompt needs a local engine, not a chat server"
+            )
         self.name, self.max_new_tokens, self.tokenizer_ref = name, max_new_tokens, tokenizer
         self.context_length = int(context_length)
         self.client = ServerClient(base_url, model, api_key_env, timeout_s, retries, backoff_s, concurrency, extra_body)

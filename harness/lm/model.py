@@ -108,7 +108,12 @@ class LM:
 
     # ------------------------------------------------------------------ tokens
     def encode_chat(self, messages: Messages, **template_kwargs: Any) -> list[int]:
-        """Token ids of ``messages`` through the chat template, ready for the assistant turn."""
+        """Token ids of ``messages`` through the chat template, ready for the assistant turn; a completion prompt
+        (``harness.prompt.is_completion``) is its text's tokens, with the tokenizer's BOS."""
+        from harness.prompt import is_completion
+
+        if is_completion(messages):
+            return self.encode(messages[0]["content"])
         enc = self.tokenizer.apply_chat_template(
             messages, add_generation_prompt=True, tokenize=True, return_dict=True, **template_kwargs
         )
@@ -117,6 +122,15 @@ class LM:
     def encode(self, text: str, special: bool = True) -> list[int]:
         """Token ids of raw text (with the tokenizer's special tokens, e.g. BOS, when ``special``)."""
         return list(self.tokenizer(text, add_special_tokens=special)["input_ids"])
+
+    def newline_ids(self) -> list[int]:
+        """The vocabulary's tokens that are only whitespace with a line break in it (the stop of a completion
+        prompt: the reply's first line)."""
+        if not hasattr(self, "_newline_ids"):
+            vocab = self.tokenizer.get_vocab()
+            maybe = [i for t, i in vocab.items() if "\n" in t or "Ċ" in t]  # SentencePiece / byte-level BPE
+            self._newline_ids = sorted(i for i in maybe if "\n" in (d := self.decode([i])) and not d.strip())
+        return self._newline_ids
 
     def count(self, text: str) -> int:
         return len(self.encode(text, special=False)) if text else 0

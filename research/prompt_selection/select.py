@@ -20,6 +20,20 @@ context) cells; where no candidate passes, the lowest worst-cell echo first (the
 embedded prompt".
 
 ``python -m research.prompt_selection.select results-prompt-selection``
+
+The second reader, Gemma-3-270M base (``generator=gemma3_270m_vllm``), was chosen the same way among its
+completion templates (``completion_k0`` / ``_k1`` / ``_k3``: 0, 1 or 3 worked examples), its reply stopped at the
+first line break. ``--cap 16`` adds each rule at ``max_new_tokens`` 16 (``first_line@16``), scored from the same
+replies cut to their first 16 tokens (re-tokenised with ``--tokenizer``); ``--paired full,naive`` prints the paired
+bootstrap of SubEM (``first_line``) between two methods on the questions both ran::
+
+    python -m harness -m generator=gemma3_270m_vllm generator.prompt=completion_k3,completion_k0,completion_k1 \\
+        method=full,oracle_sentences dataset=nq,triviaqa,hotpotqa dataset.split=train dataset.sample=shuffled \\
+        limit=50 latency.samples=0 results_dir=results-prompt-selection-gemma
+    python -m research.prompt_selection.select results-prompt-selection-gemma --n 50 --cap 16 \\
+        --tokenizer embedded:gemma3-270m --out research/prompt_selection/gemma3-figures-n50.csv
+    python -m research.prompt_selection.select results-prompt-selection-gemma --paired full,naive --n 100 \\
+        --out research/prompt_selection/gemma3-full-vs-naive-n100.csv
 """
 
 from __future__ import annotations
@@ -30,8 +44,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.metrics import ANSWER_RULES, echo, subem
+from harness.metrics import ANSWER_RULES, echo, first_line, subem
 from harness.records import PREDICTIONS, SUMMARY, read_jsonl
+from harness.stats import paired_bootstrap
 
 MAX_ECHO = 5.0
 
@@ -41,15 +56,30 @@ def default_out(n: int | None) -> Path:
     return Path(__file__).with_name(f"figures-n{n or 100}.csv")
 
 
-def cells(root: Path, n: int | None = None) -> pd.DataFrame:
+def records(summary: Path, n: int | None = None) -> list[dict]:
+    """A run's first ``n`` prediction records (the first n of the shuffled sample; all when None), one per id."""
+    return list({r["id"]: r for r in read_jsonl(summary.parent / PREDICTIONS)}.values())[:n]
+
+
+def cut(raw: str, tokens: int, tokenizer) -> str:
+    """A reply as ``max_new_tokens=tokens`` would have left it: its first ``tokens`` tokens (re-tokenised)."""
+    ids = tokenizer(" " + raw, add_special_tokens=False)["input_ids"]
+    return raw if len(ids) <= tokens else tokenizer.decode(ids[:tokens]).strip()
+
+
+def cells(root: Path, n: int | None = None, cap: int | None = None, tokenizer=None) -> pd.DataFrame:
     """One row per (prompt, answer rule, dataset, method): n, SubEM, echo and SubEM from echo in percent, over
-    each run's first ``n`` records (the first n of the shuffled sample; all when None)."""
+    each run's first ``n`` records (the first n of the shuffled sample; all when None). With ``cap``, every rule
+    again on the replies cut to ``cap`` tokens (``<rule>@<cap>``)."""
+    rules = dict(ANSWER_RULES)
+    if cap:
+        rules |= {f"{k}@{cap}": (lambda raw, f=f: f(cut(raw, cap, tokenizer))) for k, f in ANSWER_RULES.items()}
     rows = []
     for summary in sorted(root.rglob(SUMMARY)):
         s = json.loads(summary.read_text())
         prompt = s["generator_info"]["prompt"]["name"]
-        recs = list({r["id"]: r for r in read_jsonl(summary.parent / PREDICTIONS)}.values())[:n]
-        for rule, answer_of in ANSWER_RULES.items():
+        recs = records(summary, n)
+        for rule, answer_of in rules.items():
             answers = [answer_of(r["raw_output"]) for r in recs]
             hits = [subem(a, r["answers"]) for a, r in zip(answers, recs, strict=True)]
             echoes = [echo(a, r["question"], r["context"]) for a, r in zip(answers, recs, strict=True)]
@@ -107,6 +137,29 @@ def markdown(df: pd.DataFrame, n: int | None) -> str:
     )
 
 
+def paired(root: Path, a: str, b: str, n: int | None = None) -> pd.DataFrame:
+    """Per (prompt, dataset): SubEM of method ``a`` minus ``b`` (``first_line`` answers) on the questions both
+    ran, with the paired bootstrap's 95 % interval and p-value (``harness.stats``)."""
+    runs: dict[tuple[str, str, str], dict[str, float]] = {}
+    for summary in sorted(root.rglob(SUMMARY)):
+        s = json.loads(summary.read_text())
+        key = (s["generator_info"]["prompt"]["name"], s["dataset"], s["method"])
+        runs[key] = {r["id"]: subem(first_line(r["raw_output"]), r["answers"]) for r in records(summary, n)}
+    rows = []
+    for (prompt, dataset, method), hits in sorted(runs.items()):
+        other = runs.get((prompt, dataset, b))
+        if method != a or other is None:
+            continue
+        ids = [i for i in hits if i in other]
+        t = paired_bootstrap([hits[i] for i in ids], [other[i] for i in ids])
+        mean_a, mean_b = (100 * sum(h[i] for i in ids) / len(ids) for h in (hits, other))
+        rows.append(
+            {"prompt": prompt, "dataset": dataset, "n": t.n, a: mean_a, b: mean_b, "delta": t.delta}
+            | {"lo": t.lo, "hi": t.hi, "p": t.p, "significant": t.significant}
+        )
+    return pd.DataFrame(rows)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description="score the prompt-selection runs")
     ap.add_argument("root", type=Path)
@@ -114,8 +167,25 @@ def main() -> None:
     ap.add_argument("--out", type=Path, help="the figures' CSV (default: figures-n<N>.csv beside this file)")
     ap.add_argument("--prompts", help="comma-separated: only these candidates (the finalists of stage 2)")
     ap.add_argument("--markdown", action="store_true", help="print docs/models-and-prompts.md's table instead")
+    ap.add_argument("--cap", type=int, help="also score every rule at this max_new_tokens (needs --tokenizer)")
+    ap.add_argument("--tokenizer", help="the model whose tokenizer cuts replies for --cap (e.g. embedded:gemma3-270m)")
+    ap.add_argument("--paired", help="A,B: the paired test of SubEM, method A minus method B, per prompt and dataset")
     args = ap.parse_args()
-    df = cells(args.root, args.n)
+    if args.paired:
+        test = paired(args.root, *args.paired.split(","), n=args.n).round(3)
+        if args.out:
+            test.to_csv(args.out, index=False)
+        print(test.to_string(index=False))
+        return
+    tokenizer = None
+    if args.cap:
+        from transformers import AutoTokenizer
+
+        from harness.lm.models import resolve
+
+        tokenizer = AutoTokenizer.from_pretrained(resolve(args.tokenizer).path)
+    df = cells(args.root, args.n, args.cap, tokenizer)
+    df = df[df.method.isin(["full", "oracle_sentences"])]  # the selection's contexts (not naive, for the paired test)
     if args.prompts:
         df = df[df.prompt.isin(args.prompts.split(","))]
     df.round(2).to_csv(args.out or default_out(args.n), index=False)
