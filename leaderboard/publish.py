@@ -20,7 +20,8 @@ Files written under ``out``:
   ``table2_shared_<profile>_<generator>.csv``, ``empty_contexts_<profile>_<generator>.csv``, ``latency.csv``,
   ``comparison_<profile>_<generator>.csv``, ``answers_that_choose_<profile>_<generator>.csv``, ``reference.csv``
   (a copy of the papers' numbers), ``unreliable_<profile>_<generator>.csv``,
-  ``more_passages_<profile>_<generator>.csv`` (where it has rows).
+  ``more_passages_<profile>_<generator>.csv`` (where it has rows), ``readers_<profile>_<generator>.csv``
+  (Across readers, ``leaderboard.readers``: where the profile has a block of another generator model).
 - ``subem_vs_cr_<profile>_<generator>.png`` and ``.svg`` (the page's, with a hover title per point),
   ``latency_<profile>_<generator>.png``.
 - ``latency_pass.csv``: the latency passes found under ``results`` (``latency-pass-*.jsonl``, written by
