@@ -45,15 +45,16 @@ def reader_model(rows: pd.DataFrame) -> str | None:
 
 def reader_blocks(full: pd.DataFrame, profile: str, gen: str) -> list[str]:
     """The readers of ``profile``: ``gen`` first, then per other generator model one block of that profile (the one
-    with the most Table 2 rows, the newest on a tie). Blocks of ``gen``'s own model are not other readers."""
+    with the most Table 2 rows, then the most questions, then the newest). Blocks of ``gen``'s own model are not
+    other readers."""
     t2 = full[(full.profile == profile) & full.variant.isin(table2_variants())]
     own = reader_model(t2[t2.generator == gen])
-    best: dict[str, tuple[int, str, str]] = {}
+    best: dict[str, tuple[int, float, str, str]] = {}
     for g, rows in t2.groupby("generator"):
         model = reader_model(rows)
         if g == gen or model is None or model == own:
             continue
-        key = (len(rows), str(rows.finished_at.max()), str(g))
+        key = (len(rows), float(rows.n.sum()), str(rows.finished_at.max()), str(g))
         best[model] = max(best.get(model, key), key)
     return [gen, *(g for *_, g in sorted(best.values(), reverse=True))]
 

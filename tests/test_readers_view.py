@@ -132,6 +132,16 @@ def test_blocks_of_one_model_are_not_readers(runs, tmp_path):
     assert readers.reader_blocks(other, PROFILE, HEAD) == [HEAD, PAPER]
 
 
+def test_one_block_per_other_model(runs):
+    # the transformers block as another model's: of the two blocks of "the other" model, the one with more questions
+    alone = "smollm2-135m-instruct"
+    more = collect(RUNS / alone)
+    three = pd.concat([runs, more[more.variant.isin(table2_variants())]], ignore_index=True)
+    three = three.assign(generator_model=three.generator_model.where(three.generator != alone, "embedded:other@0"))
+    assert readers.reader_blocks(three, PROFILE, alone) == [alone, HEAD]
+    assert readers.reader_blocks(three, PROFILE, PAPER) == [PAPER, alone]
+
+
 def test_section_on_two_blocks(runs, tmp_path):
     csv = tmp_path / "readers.csv"
     md, body, written = readers.section(runs, [HEAD, PAPER], PROFILE, "full", csv)
