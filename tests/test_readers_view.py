@@ -166,3 +166,31 @@ def test_section_on_two_blocks(runs, tmp_path):
     up = frame[(frame.reader == 1) & frame.sig_subem.eq(True) & (frame.d_subem > 0) & (frame.variant != readers.ORACLE)]
     per = [f"{len(g)} on {tables.label(d)}" for d, g in up.groupby("dataset", sort=False)]
     assert f"Non-oracle rows significantly above `full`: {readers._join(per, 'none')} under reader 1;" in md
+
+
+def test_publish_fills_the_section_once_another_model_reads(tmp_path):
+    """End to end through ``publish`` on two small blocks of the same answers: empty while both read with one
+    model, filled (Markdown, HTML, CSV) once one block's summaries name another model."""
+    from test_leaderboard import grid
+
+    res = tmp_path / "res"
+    grid(res, n=40, generator="gen-a")
+    grid(res, n=40, generator="gen-b")
+    files = publish.publish(res, tmp_path / "one", resamples=200, headline="embedded/gen-a")
+    md = (tmp_path / "one" / "leaderboard.md").read_text()
+    assert "One reader so far" in md and not any(f.name.startswith("readers_") for f in files)
+    for s in (res / "embedded" / "gen-b").rglob("summary.json"):
+        summary = json.loads(s.read_text())
+        summary["generator_info"]["model"] = {"ref": "embedded:another-reader", "sha256": "a" * 64}
+        s.write_text(json.dumps(summary))
+    files = publish.publish(res, tmp_path / "two", resamples=200, headline="embedded/gen-a")
+    md = (tmp_path / "two" / "leaderboard.md").read_text()
+    section = md[md.index("## Across readers") : md.index("## When retrieval fails")]
+    assert "One reader so far" not in section and "reader 2: `gen-b` (embedded:another-reader@aaaaaaaaaaaa)" in section
+    assert "### NQ (n = 40)" in section and "### TQA (n = 40)" in section and "Figure 1" in section
+    # the same answers under both readers: the 3 non-oracle rows rank alike on every resample
+    assert section.count("reader 2 against reader 1: 1.00 [1.00, 1.00]") == 2
+    page = (tmp_path / "two" / "index.html").read_text()
+    assert page.index('id="readers"') < page.index("reader 2 against reader 1") < page.index('id="retrieval"')
+    csv = tmp_path / "two" / "readers_embedded_gen-a.csv"
+    assert csv in files and len(pd.read_csv(csv)) == 2 * 4 * 2
