@@ -362,6 +362,11 @@ def section(
         text = f"CompSelect's Figure 1 per reader: `{baseline}` against `{ORACLE}` (SubEM, Δ = oracle - {baseline})."
         parts.append(_both(f"Figure 1: {baseline} against the oracle", text, cols, rows))
     said = conclusions(cs, baseline)
-    parts.append((f"{said}\n", f"<p>{escape(said.replace('`', ''))}</p>"))
+    parts.append(
+        (
+            f"**What holds across readers.** {said}\n",
+            f"<p><strong>What holds across readers.</strong> {escape(said.replace('`', ''))}</p>",
+        )
+    )
     frame(cs, models).to_csv(csv, index=False)
     return "\n".join(m for m, _ in parts), "".join(h for _, h in parts), csv
