@@ -31,17 +31,25 @@ def matched(runs: pd.DataFrame, min_n: int = MIN_N) -> tuple[pd.DataFrame, pd.Da
         if not big:
             continue
         common = frozenset.intersection(*(frozenset(preds[i].id) for i in big))
-        for i in big:
-            p = preds[i][preds[i].id.isin(common)]
-            row = runs.loc[i].copy()
-            row["n_run"], row["n"], row["ids"] = row["n"], len(p), common
-            for m in METRICS:
-                row[m] = 100.0 * p[m].mean() if len(p) else None
-            row["cr"], row["cr_mean"] = corpus_cr(list(p.original_tokens), list(p.compressed_tokens))
-            shared = [r for r in recs[i] if r["id"] in common]
-            row["echo"], row["subem_from_echo"] = echo_share(shared), subem_from_echo(shared)
-            row["hedge"], row["subem_from_hedge"] = hedge_share(shared), subem_from_hedge(shared)
-            row["subem_strict"] = subem_strict(shared)
-            kept.append(row)
+        kept += [rescore(runs.loc[i], recs[i], common) for i in big]
     out = pd.DataFrame(kept).reset_index(drop=True) if kept else runs.iloc[0:0].assign(ids=None)
     return out, runs.loc[left].reset_index(drop=True)
+
+
+def rescore(row: pd.Series, records: list[dict], ids: frozenset) -> pd.Series:
+    """``row`` re-scored on its ``records`` whose id is in ``ids``: SubEM, EM, F1, CR, echo, hedge and strict SubEM
+    recomputed, ``n`` the records kept, ``n_run`` the run's own n and ``ids`` the set (``stats.add_uncertainty``
+    then resamples exactly those examples)."""
+    shared = [r for r in records if r["id"] in ids]
+    p = pd.DataFrame(shared)
+    row = row.copy()
+    row["n_run"], row["n"], row["ids"] = row["n"], len(p), ids
+    for m in METRICS:
+        row[m] = 100.0 * p[m].mean() if len(p) else None
+    row["cr"], row["cr_mean"] = (
+        corpus_cr(list(p.original_tokens), list(p.compressed_tokens)) if len(p) else (None, None)
+    )
+    row["echo"], row["subem_from_echo"] = echo_share(shared), subem_from_echo(shared)
+    row["hedge"], row["subem_from_hedge"] = hedge_share(shared), subem_from_hedge(shared)
+    row["subem_strict"] = subem_strict(shared)
+    return row

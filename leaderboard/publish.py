@@ -20,7 +20,8 @@ Files written under ``out``:
   ``table2_shared_<profile>_<generator>.csv``, ``empty_contexts_<profile>_<generator>.csv``, ``latency.csv``,
   ``comparison_<profile>_<generator>.csv``, ``answers_that_choose_<profile>_<generator>.csv``, ``reference.csv``
   (a copy of the papers' numbers), ``unreliable_<profile>_<generator>.csv``,
-  ``more_passages_<profile>_<generator>.csv`` (where it has rows).
+  ``more_passages_<profile>_<generator>.csv`` (where it has rows), ``readers_<profile>_<generator>.csv``
+  (Across readers, ``leaderboard.readers``: where the profile has a block of another generator model).
 - ``subem_vs_cr_<profile>_<generator>.png`` and ``.svg`` (the page's, with a hover title per point),
   ``latency_<profile>_<generator>.png``.
 - ``latency_pass.csv``: the latency passes found under ``results`` (``latency-pass-*.jsonl``, written by
@@ -43,7 +44,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from leaderboard import compare_view, html, passes, plots, reference, retrieval, stats, tables
+from leaderboard import compare_view, html, passes, plots, readers, reference, retrieval, stats, tables
 from leaderboard.collect import collect
 from leaderboard.headline import aliases, mark_aliases, pick_headline
 from leaderboard.matched import MIN_N, matched
@@ -695,6 +696,23 @@ class Block:
 View = Callable[[_Page, _Data, Block], None]
 
 
+def _readers_view(page: _Page, d: _Data, b: Block) -> None:
+    """The headline's Table 2 rows beside the same rows read by another generator model of its profile
+    (``leaderboard.readers``), with ``readers_<profile>_<generator>.csv``; nothing while it has one reader."""
+    if page.archive:
+        return
+    gens = readers.reader_blocks(d.full, b.profile, b.gen)
+    if len(gens) < 2:
+        return
+    md, body, csv = readers.section(
+        d.full, gens, b.profile, b.baseline, page.out / f"readers_{_slug(b.profile, b.gen)}.csv"
+    )
+    if csv:
+        page.md.append(md)
+        page.add(body)
+        page.written.append(csv)
+
+
 def _compare_view(page: _Page, d: _Data, b: Block) -> None:
     """Any two rows of the headline block, question by question (``leaderboard.compare_view``)."""
     if page.archive:
@@ -716,7 +734,7 @@ VIEWS: dict[str, list[View]] = {
         lambda p, d, b: _latency_block(p, d.lat, b.profile, b.gen, b.baseline),
         lambda p, d, b: _plot(p, "latency", d.lat, b.profile, b.gen),
     ],
-    "readers": [],
+    "readers": [_readers_view],
     "retrieval": [lambda p, d, b: _retrieval_view(p, d, b, retrieval.FAILS)],
     "passages": [lambda p, d, b: _retrieval_view(p, d, b, retrieval.MORE)],
     "diagnostics": [

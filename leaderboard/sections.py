@@ -31,8 +31,9 @@ SECTIONS: tuple[Section, ...] = (
         "readers",
         "Across readers",
         "Do the headline's conclusions hold when another generator reads the same compressed contexts?",
-        "One reader so far: every headline row is read by {generator}. This view needs the Table 2 rows run "
-        "under a second generator of the {profile} profile.",
+        "One reader so far: every headline row is read by {generator}; a block of the {profile} profile that "
+        "reads with the same model (another prompt or engine) is not another reader. This view fills itself once "
+        "the Table 2 rows are run under a generator of another model.",
     ),
     Section(
         "retrieval",
