@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 import pandas as pd
@@ -105,5 +106,15 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _quiet_on_closed_pipe() -> int:
+    """``main``, ending quietly when the reader of stdout goes away (``... | head``), as the Python docs advise:
+    stdout is pointed at devnull so the interpreter's final flush cannot raise again."""
+    try:
+        return main()
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_quiet_on_closed_pipe())

@@ -1062,3 +1062,15 @@ def test_the_table2_rows_lead_the_table_in_the_papers_order():
     order = reference.variant_order(["edc2", "csm", "bm25_sentences_top1", *reversed(table2)])
     assert set(order[: len(table2)]) == set(table2) and order[len(table2) :] == ["bm25_sentences_top1", "csm", "edc2"]
     assert order.index("finefilter") == order.index("compselect") + 1
+
+
+def test_output_cut_short_by_its_reader_ends_quietly():
+    """``python -m leaderboard collect ... | head``: no BrokenPipeError traceback when the reader has gone (here
+    ``true``, which exits before the table is printed)."""
+    import subprocess
+    import sys
+
+    cmd = f"{sys.executable} -m leaderboard collect leaderboard/runs | true; echo ${{PIPESTATUS[0]}}"
+    done = subprocess.run(["bash", "-c", cmd], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    assert done.stdout.strip() == "1", done.stdout  # main's exit code, not the traceback's
+    assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr
