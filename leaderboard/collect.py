@@ -230,6 +230,7 @@ def _row(folder: Path, root: Path) -> dict[str, Any] | None:
         **{k: s.get(k) for k in NUMERIC},
         **latency_fields(s),
         "timed_at": timed_at(s),
+        "reused_contexts": int(s.get("reused_contexts") or 0),  # contexts read back from another reader's run
         "diagnostics": json.dumps(s.get("diagnostics") or {}, sort_keys=True),
         "oracle": bool(minfo.get("oracle", False)),
         "commit": git.get("commit"),

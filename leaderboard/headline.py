@@ -2,7 +2,9 @@
 
 - **Headline**: one (profile, generator) block opens ``leaderboard.md`` and ``index.html``; every other block goes
   under "Archive" after it. ``publish(headline=...)`` (``--headline GENERATOR`` or ``PROFILE/GENERATOR``) names it;
-  by default it is the block holding the newest run (``finished_at``), i.e. the generator the latest session ran.
+  by default it is the block holding the newest run (``finished_at``), i.e. the generator the latest session ran,
+  among the blocks that made their own contexts: a block that only read another block's contexts back (a second
+  reader, ``harness.reuse``) stands beside the block it read, never in its place.
 - **Aliases**: a variant whose records repeat another variant's (same example ids answered with the same
   prediction from the same context, on every dataset either ran) is the same pipeline on this profile (e.g. two
   reranker configs that load the same stand-in model): it is shown once, under the first variant in the papers'
@@ -21,7 +23,14 @@ from leaderboard.reference import variant_order
 
 
 def newest_block(runs: pd.DataFrame) -> tuple[str, str]:
-    """The (profile, generator) block holding the newest run (ties and undated runs: the first block in order)."""
+    """The (profile, generator) block holding the newest run (ties and undated runs: the first block in order),
+    leaving out reader blocks (most of their examples' contexts read back from another block's runs) when any
+    other block is left."""
+    if "reused_contexts" in runs:
+        sums = runs.groupby(["profile", "generator"], sort=False)[["reused_contexts", "n"]].sum()
+        made = set(sums[sums.reused_contexts < 0.5 * sums.n].index)
+        keep = runs[[(p, g) in made for p, g in zip(runs.profile, runs.generator, strict=True)]]
+        runs = keep if len(keep) else runs
     finished = pd.to_datetime(runs["finished_at"], errors="coerce", utc=True, format="ISO8601")
     blocks = runs.assign(_f=finished).groupby(["profile", "generator"], sort=False)["_f"].max()
     if blocks.isna().all():

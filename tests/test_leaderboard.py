@@ -1074,3 +1074,19 @@ def test_output_cut_short_by_its_reader_ends_quietly():
     done = subprocess.run(["bash", "-c", cmd], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
     assert done.stdout.strip() == "1", done.stdout  # main's exit code, not the traceback's
     assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr
+
+
+def test_a_reader_block_that_read_anothers_contexts_never_takes_the_headline_by_default():
+    """A second reader's block (its contexts read back from the headline's runs, ``reused_contexts`` = n) finished
+    later stays beside the headline; the same block having made its own contexts would take it."""
+    from leaderboard.headline import newest_block
+
+    every = collect(REPO_ROOT / "leaderboard" / "runs")
+    head = newest_block(every)
+    assert every.reused_contexts.eq(0).all()
+    rows = every[(every.profile == head[0]) & (every.generator == head[1])]
+    later = pd.Timestamp.now(tz="UTC").isoformat()
+    reader = rows.assign(generator="a-second-reader", finished_at=later, reused_contexts=rows.n)
+    assert newest_block(pd.concat([every, reader])) == head
+    assert newest_block(pd.concat([every, reader.assign(reused_contexts=0)])) == (head[0], "a-second-reader")
+    assert newest_block(reader) == (head[0], "a-second-reader")  # no other block left: the reader's
