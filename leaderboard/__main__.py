@@ -33,7 +33,8 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--headline",
-        help="the block to open on: GENERATOR or PROFILE/GENERATOR (default: the block of the newest run)",
+        help="the block to open on: GENERATOR or PROFILE/GENERATOR (default: of the blocks that made their own "
+        "contexts, the newest run's)",
     )
     r = sub.add_parser("archive", help="copy the newest run of each key, slimmed, into a folder kept in git")
     r.add_argument("results", nargs="+", help="results roots")
@@ -57,7 +58,7 @@ def parser() -> argparse.ArgumentParser:
     x = sub.add_parser("export-contexts", help="a block's Table 2 contexts as JSONL.gz, for any generator to read")
     x.add_argument("results", help="results root holding the runs' full records (not leaderboard/runs)")
     x.add_argument("out", help="output file (.jsonl.gz)")
-    x.add_argument("--block", help="GENERATOR or PROFILE/GENERATOR (default: the block of the newest run)")
+    x.add_argument("--block", help="GENERATOR or PROFILE/GENERATOR (default: as publish's --headline)")
     x.add_argument("--variants", help="comma-separated variants (default: the 13 Table 2 rows)")
     x.add_argument("--sample", default="shuffled seed 0", help="the runs' sample (default 'shuffled seed 0')")
     x.add_argument("--datasets", default="nq,triviaqa,hotpotqa", help="comma-separated (default: the three)")

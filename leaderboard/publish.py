@@ -1,12 +1,13 @@
 """``publish(results, out)``: collect runs, add uncertainty, write Markdown, CSV, LaTeX, plots, an HTML page.
 
 Files written under ``out``:
-- ``leaderboard.md``: the headline (profile, generator) block first (``leaderboard.headline``: ``headline``, or
-  the block of the newest run), then the page's other sections in order (``leaderboard.sections``; ``VIEWS``
-  lists each one's views), every other block under "Archive". The headline: the compact Table 2 (SubEM and CR
-  per dataset; a variant identical to another shown once, its alias named), the SubEM-CR plot, latency side by
-  side and break-even. Diagnostics: the Table 2 diagnostics table (echo, SubEM from echo, F1), Table 2 re-scored
-  on the questions its rows share (``leaderboard.matched``; rows under ``min_n`` records are left out and named),
+- ``leaderboard.md``: the headline (profile, generator) block first (``leaderboard.headline``: ``headline``, or the
+  block of the newest run among those that made their own contexts), then the page's other sections in order
+  (``leaderboard.sections``; ``VIEWS`` lists each one's views), every other block under "Archive". The headline: the
+  compact Table 2 (SubEM and CR per dataset; a variant identical to another shown once, its alias named), the SubEM-CR
+  plot, latency side by side and break-even. Diagnostics: the Table 2 diagnostics table (echo, SubEM from echo, F1),
+  Table 2 re-scored on the questions its rows share (``leaderboard.matched``; rows under ``min_n`` records are left
+  out and named),
   the empty contexts (per row and dataset, the share of questions whose context came back empty and the CR over
   the non-empty ones), the 95% intervals and paired tests against ``full``, the methods' own diagnostics, "Answers
   that choose" (SubEM beside SubEM with hedged and echoed predictions scored 0, its paired test against ``full``,
@@ -774,8 +775,8 @@ def _intro(results, out: Path, n_runs: int, when: str, headline: tuple[str, str]
     return (
         f"# Leaderboard\n\nGenerated {when} by `python -m leaderboard publish {results} {out}` from "
         f"{n_runs} runs (newest run of each method, dataset, generator and profile). It opens on the headline "
-        f"block, profile `{headline[0]}`, generator `{headline[1]}` (the block of the newest run unless "
-        "`--headline` names one); every other block is under *Archive* below it. SubEM, EM and F1 "
+        f"block, profile `{headline[0]}`, generator `{headline[1]}` (the block of the newest run that made its own "
+        "contexts unless `--headline` names one); every other block is under *Archive* below it. SubEM, EM and F1 "
         "in %, CR = original / compressed context tokens (ratio of sums, the generator's tokenizer). Best "
         f"of each column in bold (oracle rows excluded; CR never for a row that kept nothing on more than half the "
         f"questions, marked {tables.EMPTY}); {tables.DAGGER} = not significantly different from "
@@ -802,7 +803,8 @@ def publish(
     headline: str | None = None,
 ) -> list[Path]:
     """Write every output of the runs under ``results`` into ``out`` (see the module docstring); ``headline``
-    names the block to open on (``generator`` or ``profile/generator``; default: the block of the newest run)."""
+    names the block to open on (``generator`` or ``profile/generator``; default: the block of the newest run
+    among those that made their own contexts, ``leaderboard.headline``)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     runs = collect(results)

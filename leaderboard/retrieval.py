@@ -291,6 +291,11 @@ def more_passages(
     return out.sort_values(["dataset", "d_subem"], ascending=[True, False]).reset_index(drop=True) if rows else out
 
 
+def _known(x: Any) -> bool:
+    """A number to print (a CR is undefined where a row keeps no token, e.g. ``naive``)."""
+    return x is not None and not pd.isna(x)
+
+
 def more_rows(t: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     head = ["Dataset", "Method", "k", "n", "SubEM k=5", "SubEM at k", "ΔSubEM [95% CI], p", "CR k=5", "CR at k"]
     head.append("ΔCR [95% CI]")
@@ -304,9 +309,9 @@ def more_rows(t: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
             f"{r.subem_k:.2f}",
             f"{r.d_subem:+.2f} [{r.d_subem_lo:+.1f}, {r.d_subem_hi:+.1f}], p={r.p_subem:.3f}"
             + ("" if r.sig_subem else f" {DAGGER}"),
-            f"{r.cr_5:.2f}×" if r.cr_5 is not None else "-",
-            f"{r.cr_k:.2f}×" if r.cr_k is not None else "-",
-            f"{r.d_cr:+.2f} [{r.d_cr_lo:+.2f}, {r.d_cr_hi:+.2f}]",
+            f"{r.cr_5:.2f}×" if _known(r.cr_5) else "-",
+            f"{r.cr_k:.2f}×" if _known(r.cr_k) else "-",
+            f"{r.d_cr:+.2f} [{r.d_cr_lo:+.2f}, {r.d_cr_hi:+.2f}]" if _known(r.d_cr) else "-",
         ]
         for r in t.itertuples()
     ]
@@ -321,7 +326,13 @@ def more_words(t: pd.DataFrame, names: list[str], k_default: int = 5) -> str:
         if len(g):
             order = ", ".join(f"`{r.variant}` {r.d_subem:+.1f}" for r in g.itertuples())
             k = int(g.k.iloc[0])
-            parts.append(f"{label(ds)}, {k_default} → {k} passages, SubEM change, least lost first: {order}")
+            sig = g[g.sig_subem.fillna(False).astype(bool)]
+            down = ", ".join(f"`{r.variant}`" for r in sig.itertuples() if r.d_subem < 0) or "none"
+            up = ", ".join(f"`{r.variant}`" for r in sig.itertuples() if r.d_subem > 0) or "none"
+            parts.append(
+                f"{label(ds)}, {k_default} → {k} passages, SubEM change, least lost first: {order}; "
+                f"significantly lower at {k}: {down}; significantly higher: {up}"
+            )
             continue
         try:
             most = passages_per_question(ds)

@@ -70,8 +70,9 @@ def test_unreliable_splits_every_row_and_pairs_it_with_full(head_rows):
     t = retrieval.unreliable(head_rows, "embedded", HEAD.name, resamples=200)
     nq = t[t.dataset == "nq"].set_index(["variant", "subset"])
     assert nq.loc[("full", retrieval.NO_GOLD), "n"] == 93 and nq.loc[("full", retrieval.GOLD), "n"] == 707
-    # Table 7's "Ours w/o truncator" is shown where it ran (the shuffled 200): its subset of its own questions
-    assert nq.loc[("compselect_no_truncator", retrieval.NO_GOLD), "n_run"] == 200
+    # Table 7's "Ours w/o truncator" is shown where it ran (every NQ test question): the same no-gold subset
+    assert nq.loc[("compselect_no_truncator", retrieval.NO_GOLD), "n_run"] == 800
+    assert nq.loc[("compselect_no_truncator", retrieval.NO_GOLD), "n"] == 93
     # the two subsets' F1 weigh back to the run's F1; the paired difference is the mean of per-question ones
     for v in ("full", "compselect"):
         row = head_rows[(head_rows.variant == v) & (head_rows.dataset == "nq")].iloc[0]
@@ -143,3 +144,15 @@ def test_publish_shows_both_views(tmp_path):
     assert "| HQA | compselect | 85 / 400 |" in md
     [csv] = (tmp_path / "out").glob("unreliable_embedded_*.csv")
     assert csv in written and len(pd.read_csv(csv)) == 3 * 2  # three rows, two subsets each
+
+
+def test_a_row_without_a_cr_prints_a_dash_and_the_words_name_significant_losses():
+    """The archived ``naive`` at k = 10 (HotpotQA): it keeps no token at either k, so its CR cells are '-' (never
+    'nan'); the sentence names the rows significantly lower or higher at 10 (here none: naive reads no passage)."""
+    base, more = retrieval.split_more(collect(HEAD))
+    t = retrieval.more_passages(base, more[more.variant == "naive[dataset.top_k=10]"], "embedded", HEAD.name, 200)
+    assert len(t) == 1 and t.iloc[0].n == 200 and t.iloc[0].d_subem == 0
+    _, rows = retrieval.more_rows(t)
+    assert rows[0][-3:] == ["-", "-", "-"] and "nan" not in " ".join(rows[0])
+    words = retrieval.more_words(t, ["hotpotqa"])
+    assert "`naive` +0.0; significantly lower at 10: none; significantly higher: none" in words
