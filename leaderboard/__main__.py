@@ -62,6 +62,7 @@ def parser() -> argparse.ArgumentParser:
     x.add_argument("--variants", help="comma-separated variants (default: the 13 Table 2 rows)")
     x.add_argument("--sample", default="shuffled seed 0", help="the runs' sample (default 'shuffled seed 0')")
     x.add_argument("--datasets", default="nq,triviaqa,hotpotqa", help="comma-separated (default: the three)")
+    x.add_argument("--limit", type=int, help="each row's first N examples (default: all the run scored)")
     return ap
 
 
@@ -85,7 +86,9 @@ def main(argv: list[str] | None = None) -> int:
 
         variants = a.variants.split(",") if a.variants else None
         try:
-            lines = [str(export_contexts(a.results, a.out, a.block, variants, a.sample, a.datasets.split(",")))]
+            lines = [
+                str(export_contexts(a.results, a.out, a.block, variants, a.sample, a.datasets.split(","), a.limit))
+            ]
         except ExportError as e:
             print(f"error: {e}", file=sys.stderr)
             return 2

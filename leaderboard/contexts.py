@@ -52,15 +52,17 @@ def _rows(
     return g
 
 
-def _row_contexts(row: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """One run's manifest entry and its context lines; ``ExportError`` when its folder keeps no contexts."""
+def _row_contexts(row: Any, limit: int | None = None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """One run's manifest entry and its context lines (its first ``limit`` examples, default all it scored);
+    ``ExportError`` when its folder keeps no contexts."""
     folder = Path(row.folder)
     run = json.loads((folder / RUN).read_text()) if (folder / RUN).is_file() else {}
     contexts = run.get("contexts") or {}
     if not contexts.get("key"):
         why = "reads the generator" if "contexts" in run else "was made before run folders held a context key"
         raise ExportError(f"{folder / RUN}: no context key ({row.variant} {why}); re-run it into this results root")
-    records = read_records(folder, None if pd.isna(row.n) else int(row.n))
+    n = None if pd.isna(row.n) else int(row.n)
+    records = read_records(folder, n if limit is None else min(limit, n if n is not None else limit))
     if any("context" not in r for r in records):
         raise ExportError(
             f"{folder / PREDICTIONS}: records keep no context text (an archived run): export from the "
@@ -105,10 +107,12 @@ def export_contexts(
     variants: Sequence[str] | None = None,
     sample: str = "shuffled seed 0",
     datasets: Sequence[str] = DATASETS,
+    limit: int | None = None,
 ) -> Path:
     """Write the contexts of ``variants`` (default: the Table 2 rows) on ``datasets`` (default NQ, TriviaQA and
     HotpotQA) in ``block`` (``GENERATOR`` or ``PROFILE/GENERATOR``; default: the newest block) of ``results`` to
-    ``out``; ``sample`` as the leaderboard names it (``first``, ``shuffled seed 0``)."""
+    ``out``; ``sample`` as the leaderboard names it (``first``, ``shuffled seed 0``); ``limit``: each row's first N
+    examples only (the shuffled 200 of a run made on every question)."""
     runs = collect(results)
     if runs.empty:
         raise ExportError(f"{results}: no run folder (summary.json) under it")
@@ -116,7 +120,7 @@ def export_contexts(
     g = _rows(runs, chosen, list(variants or table2_variants()), sample, datasets)
     entries, lines = [], []
     for row in g.itertuples():
-        entry, rows = _row_contexts(row)
+        entry, rows = _row_contexts(row, limit)
         entries.append(entry)
         lines += rows
     manifest = {
@@ -125,6 +129,7 @@ def export_contexts(
         "profile": chosen[0],
         "generator": chosen[1],
         "sample": sample,
+        "limit": limit,
         "datasets": list(datasets),
         "rows": entries,
     }

@@ -267,7 +267,7 @@ def _rankings_said(cs: list[Readers], baseline: str) -> str:
     agree = [label(c.dataset) for c in cs if c.tau and all(t.lo > 0 for t in c.tau.values())]
     rest = [label(c.dataset) for c in cs if c.tau and label(c.dataset) not in agree]
     return (
-        f"Non-oracle rows significantly above `{baseline}`: {'; '.join(per)}. The readers rank the non-oracle rows "
+        f"Non-oracle rows significantly above `{baseline}`: {'; '.join(per)}, and the readers rank the non-oracle rows "
         f"alike beyond chance (τ's interval above 0) on {_join(agree)}" + (f", not on {_join(rest)}." if rest else ".")
     )
 
@@ -289,8 +289,8 @@ def _figure1_said(cs: list[Readers], baseline: str) -> str:
 
 
 def conclusions(cs: list[Readers], baseline: str = "full") -> str:
-    """Two or three sentences from the figures: which of reader 1's significant verdicts against ``baseline`` hold
-    under every reader, where rows beat it and the rankings agree, and CompSelect's Figure 1."""
+    """Two sentences from the figures (which of reader 1's significant verdicts against ``baseline`` hold under every
+    reader; where rows beat it and whether the rankings agree), then one on CompSelect's Figure 1."""
     if not cs:
         return ""
     return f"{_verdicts_said(cs, baseline)} {_rankings_said(cs, baseline)}{_figure1_said(cs, baseline)}"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.reuse import documents_field, split_documents, stored_of
+from harness.reuse import documents_field, read_contexts_file, split_documents, stored_of
 from harness.runner import build_method, context_key, run
 from harness.validate import ConfigError
 from leaderboard.contexts import ExportError, export_contexts
@@ -107,6 +107,12 @@ def test_exported_contexts_give_the_same_predictions_back_under_the_same_generat
             (r["id"], r["context"], r["raw_output"], r["prediction"]) for r in made
         ]
         assert all(r["reused"]["file"] == str(out) for r in again)
+    # --limit: each row's first N examples only
+    two = export_contexts(source, tmp_path / "two.jsonl.gz", gen, list(METHODS), "first", ["nq"], limit=2)
+    manifest, lines = read_contexts_file(two)
+    assert manifest["limit"] == 2 and [(x["method"], x["id"]) for x in lines] == [
+        (m, r["id"]) for m in METHODS for r in read_jsonl(_folder(source, "first", m) / "predictions.jsonl")[:2]
+    ]
     # the file holds 3 examples: a run that needs a 4th fails in one line before any model loads
     with pytest.raises(ConfigError, match=r"contexts=.*1 contexts .* not in it"):
         cfg = compose_cfg("method=bm25", *SOURCE, "limit=4", f"contexts={out}", f"results_dir={other}")
@@ -158,3 +164,15 @@ def test_a_rerun_under_the_same_generator_computes_its_contexts(source, tmp_path
     summary = run(cfg, tmp_path / "again")
     assert summary["run"]["method_bound"] is True and summary["reused_contexts"] == 0
     assert json.loads((tmp_path / "again" / "run.json").read_text())["contexts"]["key"]
+
+
+def test_a_method_that_reads_the_generator_is_computed_again_under_a_second_reader(source):
+    """``bm25_sentences_rate0.25`` counts its token budget with the generator's tokenizer (``reads_generator``):
+    no context key, so a second reader binds it and computes every context, though the first reader's are there."""
+    method = "bm25_sentences_rate0.25"
+    run(compose_cfg(f"method={method}", *SOURCE, f"results_dir={source}"), _folder(source, "first", method))
+    assert json.loads((_folder(source, "first", method) / "run.json").read_text())["contexts"]["key"] is None
+    _second_reader(source, method)
+    summary = json.loads((_folder(source, "second", method) / "summary.json").read_text())
+    assert summary["run"]["method_bound"] is True and summary["reused_contexts"] == 0
+    assert not any("reused" in r for r in read_jsonl(_folder(source, "second", method) / "predictions.jsonl"))
