@@ -30,7 +30,7 @@ from harness.stats import LEVEL, RESAMPLES, SEED
 from leaderboard import html, stats
 from leaderboard.collect import read_records
 from leaderboard.matched import rescore
-from leaderboard.reference import table2_variants, variant_order
+from leaderboard.reference import reader_notes, table2_variants, variant_order
 from leaderboard.tables import DAGGER, datasets, fmt, label, markdown
 
 HOLDS, SIGN_ONLY, DIFFERS = "holds", "holds in sign only", "differs"
@@ -346,7 +346,11 @@ def section(
     if not cs:
         return "", "", None
     models = {g: reader_model(full[(full.profile == profile) & (full.generator == g)]) for g in gens}
-    legend = "; ".join(f"reader {k + 1}: `{g}` ({models[g] or 'model unrecorded'})" for k, g in enumerate(gens))
+    notes = reader_notes()
+    legend = "; ".join(
+        f"reader {k + 1}: `{g}` ({models[g] or 'model unrecorded'}" + (f"; {notes[g]})" if g in notes else ")")
+        for k, g in enumerate(gens)
+    )
     key = (
         f"{legend}. Per dataset, the Table 2 rows on the questions every row of every reader answered (paired by "
         f"example id). Δ: the row's SubEM minus its reader's `{baseline}`, paired bootstrap {LEVEL:.0%} interval; "

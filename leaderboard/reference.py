@@ -1,5 +1,6 @@
-"""The papers' numbers (``data/reference.csv``), their settings (``data/settings.yaml``) and the map
-from paper row labels to harness method variants (``data/methods.yaml``).
+"""The papers' numbers (``data/reference.csv``), their settings (``data/settings.yaml``), the map
+from paper row labels to harness method variants (``data/methods.yaml``) and what each reader's validation
+showed (``data/readers.yaml``).
 
 Every reference number carries its source paper, table, setting, generator, condition, method, dataset and
 metric. ``comparison`` puts our rows beside the papers' rows of a comparable setting only (CompSelect's),
@@ -35,6 +36,12 @@ def settings() -> dict[str, dict[str, Any]]:
 def method_map() -> dict[str, list[str]]:
     """Paper label -> harness variants, in the papers' row order."""
     return {k: list(v or []) for k, v in yaml.safe_load((DATA / "methods.yaml").read_text("utf-8")).items()}
+
+
+@lru_cache(maxsize=1)
+def reader_notes() -> dict[str, str]:
+    """Generator name -> what its prompt selection on validation showed, where that qualifies its rows."""
+    return dict(yaml.safe_load((DATA / "readers.yaml").read_text(encoding="utf-8")) or {})
 
 
 def table2_variants() -> set[str]:

@@ -194,3 +194,21 @@ def test_publish_fills_the_section_once_another_model_reads(tmp_path):
     assert page.index('id="readers"') < page.index("reader 2 against reader 1") < page.index('id="retrieval"')
     csv = tmp_path / "two" / "readers_embedded_gen-a.csv"
     assert csv in files and len(pd.read_csv(csv)) == 2 * 4 * 2
+
+
+def test_a_readers_validation_note_stands_beside_its_block(runs, tmp_path, monkeypatch):
+    """``leaderboard/data/readers.yaml`` is keyed by the generator names the configs give; a note is said in the
+    section's legend beside its reader."""
+    from hydra import compose, initialize_config_dir
+
+    from harness.config import register_resolvers
+    from leaderboard import reference
+
+    register_resolvers()
+    conf = Path(__file__).resolve().parents[1] / "conf"
+    with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
+        gemma = compose("config", overrides=["generator=gemma3_270m_vllm"]).generator.name
+    assert set(reference.reader_notes()) == {gemma} and "p = 0.058" in reference.reader_notes()[gemma]
+    monkeypatch.setattr(readers, "reader_notes", lambda: {PAPER: "a note on reader 2"})
+    md, _, _ = readers.section(runs, [HEAD, PAPER], PROFILE, "full", tmp_path / "r.csv")
+    assert f"reader 2: `{PAPER}` (" in md and "; a note on reader 2)" in md
