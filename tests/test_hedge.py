@@ -22,7 +22,8 @@ BLOCK = ROOT / "leaderboard/runs/embedded/smollm2-135m-instruct-vllm-documents_f
 
 
 def _run(dataset: str, variant: str) -> Path:
-    return next((BLOCK / dataset / variant).glob("*/predictions.jsonl")).parent
+    runs = (p.parent for p in (BLOCK / dataset / variant).glob("*/predictions.jsonl"))
+    return next(r for r in runs if "top_k" not in r.name)  # a run at more passages is another variant
 
 
 def _by_question(dataset: str, variant: str, question: str) -> dict:
