@@ -12,7 +12,8 @@ of different blocks are paired by example id, never by position):
 - Kendall's tau-b between the first reader's ranking of the non-oracle rows by SubEM and each other reader's, with
   a percentile bootstrap interval: the shared questions are resampled, every row's SubEM and tau recomputed;
 - per row, whether its verdict against ``full`` holds for every reader: ``holds`` (same sign, significant under
-  each), ``holds in sign only`` (same sign, not significant under at least one), ``differs`` (the signs differ);
+  each), ``holds in sign only`` (same sign, not significant under at least one), ``signs differ`` (opposite
+  signs, not significant under at least one), ``reverses`` (opposite signs, significant under each);
 - CompSelect's Figure 1: ``full`` against ``oracle_sentences`` under each reader.
 Nothing here loads a model.
 """
@@ -33,7 +34,7 @@ from leaderboard.matched import rescore
 from leaderboard.reference import reader_notes, table2_variants, variant_order
 from leaderboard.tables import DAGGER, datasets, fmt, label, markdown
 
-HOLDS, SIGN_ONLY, DIFFERS = "holds", "holds in sign only", "differs"
+HOLDS, SIGN_ONLY, DIFFERS, REVERSES = "holds", "holds in sign only", "signs differ", "reverses"
 ORACLE = "oracle_sentences"  # CompSelect's Figure 1 sets full against the oracle clues
 
 
@@ -96,7 +97,7 @@ def verdict(deltas: list[float], significant: list[bool]) -> str:
     """Whether a row's verdict against ``full`` holds for every reader (its differences and their tests)."""
     signs = {int(np.sign(d)) for d in deltas}
     if len(signs) > 1:
-        return DIFFERS
+        return REVERSES if all(significant) and 0 not in signs else DIFFERS
     return HOLDS if all(significant) and signs != {0} else SIGN_ONLY
 
 
@@ -239,15 +240,16 @@ def _verdicts_said(cs: list[Readers], baseline: str) -> str:
     found = [(c, v) for c in cs for v in c.marks if v != ORACLE and bool(c.row(first, v).sig_subem)]
     if not found:
         return f"Reader 1 finds no non-oracle row significantly different from `{baseline}`."
-    named = {m: [] for m in (HOLDS, SIGN_ONLY, DIFFERS)}
+    named = {m: [] for m in (HOLDS, SIGN_ONLY, DIFFERS, REVERSES)}
     for c, v in found:
         side = "above" if c.row(first, v).d_subem > 0 else "below"
         named[c.marks[v]].append(f"`{v}` {side} on {label(c.dataset)}")
     return (
         f"Of the {len(found)} differences from `{baseline}` that reader 1 finds significant (non-oracle rows), "
         f"{len(named[HOLDS])} hold under {who}, same sign and significant ({_join(named[HOLDS], 'none')}); "
-        f"{len(named[SIGN_ONLY])} keep their sign without being significant there, and {len(named[DIFFERS])} "
-        f"change sign ({_join(named[DIFFERS], 'none')})."
+        f"{len(named[SIGN_ONLY])} keep their sign without being significant there, "
+        f"{len(named[DIFFERS])} change sign without being significant there ({_join(named[DIFFERS], 'none')}), "
+        f"and {len(named[REVERSES])} reverse, significant the other way ({_join(named[REVERSES], 'none')})."
     )
 
 
@@ -355,7 +357,8 @@ def section(
         f"{legend}. Per dataset, the Table 2 rows on the questions every row of every reader answered (paired by "
         f"example id). Δ: the row's SubEM minus its reader's `{baseline}`, paired bootstrap {LEVEL:.0%} interval; "
         f"{DAGGER}: not significant. Verdict across readers: `{HOLDS}` (same sign, significant under each), "
-        f"`{SIGN_ONLY}` (same sign, not significant under at least one), `{DIFFERS}` (the signs differ)."
+        f"`{SIGN_ONLY}` (same sign, not significant under at least one), `{DIFFERS}` (opposite signs, not "
+        f"significant under at least one), `{REVERSES}` (opposite signs, significant under each)."
     )
     parts = [(f"{key}\n", html.note(key))]
     for c in cs:

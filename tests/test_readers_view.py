@@ -106,7 +106,8 @@ def test_verdict_marks():
     assert readers.verdict([3.0, 2.0], [True, True]) == readers.HOLDS
     assert readers.verdict([-3.0, -2.0], [True, True]) == readers.HOLDS
     assert readers.verdict([3.0, 2.0], [True, False]) == readers.SIGN_ONLY
-    assert readers.verdict([3.0, -2.0], [True, True]) == readers.DIFFERS
+    assert readers.verdict([3.0, -2.0], [True, True]) == readers.REVERSES
+    assert readers.verdict([3.0, -2.0], [True, False]) == readers.DIFFERS
     assert readers.verdict([0.0, 2.0], [False, True]) == readers.DIFFERS
     assert readers.verdict([0.0, 0.0], [False, False]) == readers.SIGN_ONLY
 
@@ -117,7 +118,8 @@ def test_marks_follow_each_readers_paired_test(nq):
         d = [nq.row(g, v).d_subem for g in nq.gens]
         sig = [bool(nq.row(g, v).sig_subem) for g in nq.gens]
         same = len({np.sign(x) for x in d}) == 1
-        assert mark == (readers.HOLDS if same and all(sig) else readers.SIGN_ONLY if same else readers.DIFFERS)
+        flipped = readers.REVERSES if all(sig) and 0 not in {np.sign(x) for x in d} else readers.DIFFERS
+        assert mark == (readers.HOLDS if same and all(sig) else readers.SIGN_ONLY if same else flipped)
     assert {readers.HOLDS, readers.SIGN_ONLY, readers.DIFFERS} <= set(nq.marks.values())
 
 
