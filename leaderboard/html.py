@@ -52,6 +52,7 @@ figure{margin:1rem 0}figure img{max-width:100%;border:1px solid #eee}
 .prov{border:1px solid #e3e6ea;border-radius:6px;padding:.4rem .8rem;margin:.5rem 0}
 .prov:target{outline:3px solid #f0b400}
 .prov dt{font-weight:600;float:left;clear:left;width:11rem}.prov dd{margin-left:11.5rem;word-break:break-all}
+.prov dd.same{word-break:normal;color:#555}
 .note{color:#555;font-size:12.5px}.wide{overflow-x:auto}
 #cmp-diff td{text-align:left;white-space:normal;max-width:24rem;vertical-align:top}
 """
@@ -182,7 +183,14 @@ def _options(values) -> str:
     )
 
 
-def _prov(i: int, r) -> str:
+SHARED_AFTER = 160  # a provenance value at least this long is printed once; later runs with it link back to it
+
+
+def _prov(i: int, r, seen: dict[str, str]) -> str:
+    """Run ``i``'s provenance block. A long value (a method's ``describe()``, the package versions) already printed
+    for an earlier run links to that run's block instead (``seen``: value -> its first block's link), which keeps
+    the page under its size budget without hiding anything."""
+    name = f"{_e(r.variant)} · {_e(label(r.dataset))} · {_e(r.generator)} · {_e(r.profile)}"
     items = [
         ("run folder", r.folder),
         ("path under results", r.relpath),
@@ -199,11 +207,16 @@ def _prov(i: int, r) -> str:
         ("hardware", r.hardware),
         ("packages", r.packages),
     ]
-    dl = "".join(f"<dt>{_e(k)}</dt><dd>{_e(_text(v))}</dd>" for k, v in items)
-    return (
-        f'<div class="prov" id="prov-{i}"><strong>{_e(r.variant)} · {_e(label(r.dataset))} · '
-        f"{_e(r.generator)} · {_e(r.profile)}</strong><dl>{dl}</dl></div>"
-    )
+    dl = []
+    for k, v in items:
+        text = _text(v)
+        if len(text) >= SHARED_AFTER and text in seen:
+            dl.append(f'<dt>{_e(k)}</dt><dd class="same">the same as {seen[text]}</dd>')
+            continue
+        if len(text) >= SHARED_AFTER:
+            seen[text] = f'<a href="#prov-{i}">{name}</a>'
+        dl.append(f"<dt>{_e(k)}</dt><dd>{_e(text)}</dd>")
+    return f'<div class="prov" id="prov-{i}"><strong>{name}</strong><dl>{"".join(dl)}</dl></div>'
 
 
 def section(heading: str, body: str, level: int = 2) -> str:
@@ -260,7 +273,8 @@ examples, 95%). Oracle rows read the gold answers. Click a header to sort.</p></
 
 def runs_html(rows: pd.DataFrame) -> str:
     """The "All runs" section's body: the grid of every run, then every run's provenance."""
-    provs = "".join(_prov(i, r) for i, r in enumerate(rows.itertuples()))
+    seen: dict[str, str] = {}
+    provs = "".join(_prov(i, r, seen) for i, r in enumerate(rows.itertuples()))
     return f"{_grid(rows)}<h3>Provenance</h3>{provs}"
 
 

@@ -7,7 +7,9 @@ RAG_HARNESS_REQUIRE_BROWSER=1, as in CI)."""
 
 from __future__ import annotations
 
+import html
 import itertools
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -156,3 +158,16 @@ def test_the_contents_bar_links_every_section_and_each_link_lands_on_it(browser,
         if page.locator(f"#{s.id} > p.empty").count():
             assert page.locator(f"#{s.id} > *").count() == 3 and s.empty
     page.close()
+
+
+def test_a_long_provenance_value_is_printed_once_and_later_runs_link_back_to_it(published):
+    """The archive's runs share method infos and package lists: each is printed in full once, and every later run
+    that has it links to the block that prints it (one of the page's own blocks)."""
+    page = (published / "index.html").read_text(encoding="utf-8")
+    ids = set(re.findall(r'class="prov" id="(prov-\d+)"', page))
+    links = re.findall(r'<dd class="same">the same as <a href="#(prov-\d+)">', page)
+    assert ids == set(re.findall(r'<td><a href="#(prov-\d+)">provenance</a></td>', page))
+    assert links and set(links) <= ids
+    printed = re.findall(r"<dt>(?:method info|packages)</dt><dd>(.*?)</dd>", page)
+    long = [v for v in printed if len(html.unescape(v)) >= 160]
+    assert long and len(long) == len(set(long))
