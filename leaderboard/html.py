@@ -210,10 +210,11 @@ def _prov(i: int, r, seen: dict[str, str]) -> str:
     dl = []
     for k, v in items:
         text = _text(v)
-        if len(text) >= SHARED_AFTER and text in seen:
+        shared = len(text) >= SHARED_AFTER
+        if shared and text in seen:
             dl.append(f'<dt>{_e(k)}</dt><dd class="same">the same as {seen[text]}</dd>')
             continue
-        if len(text) >= SHARED_AFTER:
+        if shared:
             seen[text] = f'<a href="#prov-{i}">{name}</a>'
         dl.append(f"<dt>{_e(k)}</dt><dd>{_e(text)}</dd>")
     return f'<div class="prov" id="prov-{i}"><strong>{name}</strong><dl>{"".join(dl)}</dl></div>'

@@ -7,15 +7,16 @@ RAG_HARNESS_REQUIRE_BROWSER=1, as in CI)."""
 
 from __future__ import annotations
 
-import html
 import itertools
 import re
+from html import unescape
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from leaderboard import plots
+from leaderboard.html import SHARED_AFTER
 from leaderboard.publish import publish
 from leaderboard.reference import table2_variants
 from leaderboard.sections import SECTIONS
@@ -169,5 +170,5 @@ def test_a_long_provenance_value_is_printed_once_and_later_runs_link_back_to_it(
     assert ids == set(re.findall(r'<td><a href="#(prov-\d+)">provenance</a></td>', page))
     assert links and set(links) <= ids
     printed = re.findall(r"<dt>(?:method info|packages)</dt><dd>(.*?)</dd>", page)
-    long = [v for v in printed if len(html.unescape(v)) >= 160]
+    long = [v for v in printed if len(unescape(v)) >= SHARED_AFTER]
     assert long and len(long) == len(set(long))
