@@ -148,6 +148,7 @@ class Stored:
     stages: dict[str, float]
     meta: dict[str, Any]
     source: dict[str, Any]
+    tokens: list[dict[str, Any]] | None = None  # the source's compress-stage token groups (``harness.lm.meter``)
 
     def compressed(self) -> Compressed:
         units = None if self.units is None else [Unit(p, s) for p, s in self.units]
@@ -176,7 +177,13 @@ def stored_of(record: dict[str, Any], source: dict[str, Any]) -> Stored | None:
         record.get("stages") or {},
         record.get("meta") or {},
         record.get("reused") or source,
+        compress_tokens(record),
     )
+
+
+def compress_tokens(record: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """A record's compress-stage token groups (None where it predates token accounting)."""
+    return (record.get("tokens") or {}).get("compress")
 
 
 @dataclass
@@ -269,7 +276,13 @@ def from_file(path: str | Path, key: str | None, method: str, dataset: str) -> C
             continue
         src = r.get("reused") or source
         store.records[r["id"]] = Stored(
-            r["documents"], r.get("units"), float(r["compress_s"]), r.get("stages") or {}, r.get("meta") or {}, src
+            r["documents"],
+            r.get("units"),
+            float(r["compress_s"]),
+            r.get("stages") or {},
+            r.get("meta") or {},
+            src,
+            compress_tokens(r),
         )
         if r.get("latency"):
             store.latency[r["id"]] = {"id": r["id"], **r["latency"]}
@@ -297,6 +310,8 @@ def stamp(rows: list[dict[str, Any]], store: ContextStore, latency: bool = False
         s = store.records[row["id"]]
         timed = store.latency[row["id"]] if latency else {"compress_s": s.compress_s, "stages": s.stages}
         row["compress_s"], row["stages"], row["reused"] = timed["compress_s"], timed.get("stages") or {}, s.source
+        made = compress_tokens(timed) if latency else s.tokens  # what the source's compression read and wrote
+        row["tokens"] = {**(row.get("tokens") or {}), "compress": made}
         if latency and timed.get("threads") is not None:
             row["compress_threads"] = timed["threads"]
     return rows

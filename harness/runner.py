@@ -242,16 +242,20 @@ def process(
     stops the run with an ``ExampleError`` naming it (``on_error: fail``), or gets a record with the error
     instead of scores (``skip``)."""
     from harness.lm.cache import REPLAYS
+    from harness.lm.meter import metered
 
     r0 = (REPLAYS.calls, REPLAYS.seconds)
     t0 = time.perf_counter()
-    comps = attempt("compress", examples, compressor.compress_batch)
+    with metered() as compress_meter:
+        comps = attempt("compress", examples, compressor.compress_batch)
     t1 = time.perf_counter()
     r1 = (REPLAYS.calls, REPLAYS.seconds)
     ok = [i for i, c in enumerate(comps) if not isinstance(c, Failure)]
     asked = [generator.messages(examples[i].question, comps[i].documents) for i in ok]
     outcome: list[Any] = list(comps)
-    for i, gen in zip(ok, attempt("generate", asked, generator.generate) if asked else [], strict=True):
+    with metered() as generate_meter:
+        answered = attempt("generate", asked, generator.generate) if asked else []
+    for i, gen in zip(ok, answered, strict=True):
         outcome[i] = gen if isinstance(gen, Failure) else (comps[i], gen)
     t2 = time.perf_counter()
     r2 = (REPLAYS.calls, REPLAYS.seconds)
@@ -265,10 +269,36 @@ def process(
     replayed = {"compress_calls": r1[0] - r0[0], "generate_calls": r2[0] - r1[0]}
     per_example = ((t1 - t0 + r1[1] - r0[1]) / len(examples), (t2 - t1 + r2[1] - r1[1]) / len(examples))
     rows = _rows(examples, outcome, generator, per_example, batch_size or len(examples))
+    tokens = stage_tokens(compress_meter.entries, generate_meter.entries, len(examples))
     for row in rows:
-        if any(replayed.values()) and "error" not in row:
+        if "error" in row:
+            continue
+        row["tokens"] = {**tokens, "generate": tokens["generate"] or served_tokens(generator, row)}
+        if any(replayed.values()):
             row["replayed"] = replayed
     return rows, t2 - t0
+
+
+def stage_tokens(compress: list[dict], generate: list[dict], examples: int) -> dict[str, list[dict]]:
+    """Each stage's model calls as token groups (``harness.lm.meter.groups``), an example's share of the batch."""
+    from harness.lm.meter import groups
+
+    return {"compress": groups(compress, examples), "generate": groups(generate, examples)}
+
+
+def served_tokens(generator: Generator, row: dict[str, Any]) -> list[dict]:
+    """The generator's group from its own counts, where no model-layer call was metered (a server answered)."""
+    return [
+        {
+            "model": str(getattr(generator, "name", "generator")),
+            "adapter": None,
+            "op": "generate",
+            "n": 1,
+            "read": row["prompt_tokens"],
+            "written": row["completion_tokens"],
+            "counted_by": "server usage",
+        }
+    ]
 
 
 def _rows(
@@ -333,7 +363,17 @@ def latency_pass(
                 stamp(rows, store, latency=True)
             if "error" in rows[0]:  # failed in the accuracy pass too (on_error: skip): not timed
                 continue
-            keep = ("id", "compress_s", "generate_s", "stages", "threads", "replayed", "reused", "compress_threads")
+            keep = (
+                "id",
+                "compress_s",
+                "generate_s",
+                "stages",
+                "tokens",
+                "threads",
+                "replayed",
+                "reused",
+                "compress_threads",
+            )
             records.add_latency([{k: rows[0][k] for k in keep if k in rows[0]}])
     return spent
 

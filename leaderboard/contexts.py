@@ -83,7 +83,10 @@ def _row_contexts(row: Any, limit: int | None = None) -> tuple[dict[str, Any], l
                 "stages": r.get("stages") or {},
                 "meta": r.get("meta") or {},
                 **({"reused": r["reused"]} if "reused" in r else {}),
-                "latency": None if lat is None else {k: lat.get(k) for k in ("compress_s", "stages", "threads")},
+                **({"tokens": {"compress": r["tokens"].get("compress")}} if r.get("tokens") else {}),
+                "latency": None
+                if lat is None
+                else {k: lat.get(k) for k in ("compress_s", "stages", "threads", "tokens")},
             }
         )
     entry = {

@@ -115,8 +115,10 @@ def shared_lm(ref: str, dtype: str, device: str, trust_remote_code: bool = False
     """(model, tokenizer) from the model layer's one loader (``harness.lm.loading.load_hf``): llmlingua runs
     its own forward passes with ``past_key_values``, so it needs the torch model (transformers engine)."""
     from harness.lm.loading import load_hf
+    from harness.lm.meter import watch
 
-    return load_hf(ref, dtype, device, trust_remote_code)
+    model, tok = load_hf(ref, dtype, device, trust_remote_code)
+    return watch(model, ref), tok  # its forward passes are counted (an LM's own calls are not counted twice)
 
 
 def build_prompt_compressor(ref: str, dtype: str, device: str, trust_remote_code: bool = False):

@@ -83,14 +83,21 @@ def test_second_reader_reads_the_contexts_back_without_loading_the_compressor(so
     for old, new in zip(made, read_jsonl(second / "predictions.jsonl"), strict=True):
         assert (new["id"], new["context"], new["units"]) == (old["id"], old["context"], old["units"])
         assert (new["compress_s"], new["stages"]) == (old["compress_s"], old["stages"])
+        # what the source's compression read and wrote travels with its context; the new reader counts its own
+        assert new["tokens"]["compress"] == old["tokens"]["compress"] and old["tokens"]["compress"][0]["read"] > 0
         assert new["reused"]["run"] == str(first) and new["reused"]["generator"] == summary["generator"].replace(
             "-documents_first_turn", "-documents_first"
         )
         assert new["compressed_tokens"] == count(new["context"]) != 77777
         assert 0 < new["original_tokens"] != 99999
+    again = read_jsonl(second / "predictions.jsonl")  # one batch of 3: its generation's tokens shared out evenly
+    shared = sum(r["tokens"]["generate"][0]["read"] for r in again)  # each share rounded to 3 decimals
+    assert shared == pytest.approx(sum(r["prompt_tokens"] for r in again), abs=0.01)
     timed = {r["id"]: r for r in read_jsonl(first / "latency.jsonl")}
     for r in read_jsonl(second / "latency.jsonl"):  # batch-1 compress_s is the source's batch-1 figure
         assert r["compress_s"] == timed[r["id"]]["compress_s"] and "reused" in r
+        assert r["tokens"]["compress"] == timed[r["id"]]["tokens"]["compress"]
+        assert "each" in r["tokens"]["compress"][0]  # batch 1: per call
 
 
 def test_exported_contexts_give_the_same_predictions_back_under_the_same_generator(source, tmp_path):
@@ -107,6 +114,7 @@ def test_exported_contexts_give_the_same_predictions_back_under_the_same_generat
             (r["id"], r["context"], r["raw_output"], r["prediction"]) for r in made
         ]
         assert all(r["reused"]["file"] == str(out) for r in again)
+        assert [r["tokens"]["compress"] for r in again] == [r["tokens"]["compress"] for r in made]
     # --limit: each row's first N examples only
     two = export_contexts(source, tmp_path / "two.jsonl.gz", gen, list(METHODS), "first", ["nq"], limit=2)
     manifest, lines = read_contexts_file(two)

@@ -23,7 +23,9 @@ the variant ran (``lms``: the generator's and its method's, with role, weights, 
 variant from the newest pass that timed it, and compares a row only with the ``full`` row of its own pass and CPU
 (``leaderboard.passes``; ``python -m tools.add_row`` times one new variant beside ``full`` this way). A dataset's
 rows are written as soon as it is timed, so ``--datasets nq`` and later ``--datasets triviaqa`` are two passes.
-This tool runs models; the leaderboard never does.
+Beside it, ``latency-records-<time>.jsonl`` holds every timed question (variant, id, repeat, ``compress_s``,
+``generate_s`` and the per-call ``tokens`` of ``harness.lm.meter``): what the cost model's check
+(``tools.cost_check``) predicts from. This tool runs models; the leaderboard never does.
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ BASELINE = "full"
 DATASETS = ("nq", "triviaqa", "hotpotqa")
 SAMPLE = ("dataset.sample=shuffled", "dataset.seed=0")  # the snapshot's sample (scripts/snapshot.sh)
 PREFIX = "latency-pass-"  # the file names the leaderboard reads
+RECORDS_PREFIX = "latency-records-"  # each timed question: seconds and per-call tokens (the cost model's check)
 
 
 def published_variants(runs: Path, profile: str, generator: str) -> tuple[list[str], str]:
@@ -111,16 +114,20 @@ def setup(dataset: str, variants: Sequence[str], n: int, overrides: Sequence[str
     )
 
 
-def time_one(method: Compressor, generator: Generator, example: Example) -> tuple[float, float] | None:
-    """(compression s, generation s) of one example as if unseen; None if it failed."""
+def time_one(method: Compressor, generator: Generator, example: Example) -> dict[str, Any] | None:
+    """One example as if unseen: its record's ``compress_s``, ``generate_s`` and per-call ``tokens``
+    (``harness.lm.meter``); None if it failed."""
     forget_prefixes()
     forget_splits()
     rows, _ = process([example], method, generator, on_error="skip")
-    return None if "error" in rows[0] else (rows[0]["compress_s"], rows[0]["generate_s"])
+    return None if "error" in rows[0] else {k: rows[0][k] for k in ("compress_s", "generate_s", "tokens")}
 
 
-def time_pass(s: Setup, warmup: int, repeats: int) -> dict[str, list[list[tuple[float, float]]]]:
-    """Per variant, per repeat: the (compression, generation) seconds of every question, variants interleaved."""
+def time_pass(
+    s: Setup, warmup: int, repeats: int, records: list[dict[str, Any]] | None = None
+) -> dict[str, list[list[tuple[float, float]]]]:
+    """Per variant, per repeat: the (compression, generation) seconds of every question, variants interleaved;
+    each timed question's record (variant, id, repeat, seconds, tokens) appended to ``records`` when given."""
     names = list(s.methods)
     with cache.bypassed():
         for v in names:
@@ -132,8 +139,11 @@ def time_pass(s: Setup, warmup: int, repeats: int) -> dict[str, list[list[tuple[
                 k = (i + r) % len(names)
                 for v in names[k:] + names[:k]:
                     t = time_one(s.methods[v], s.generator, e)
-                    if t is not None:
-                        times[v][r].append(t)
+                    if t is None:
+                        continue
+                    times[v][r].append((t["compress_s"], t["generate_s"]))
+                    if records is not None:
+                        records.append({"variant": v, "dataset": s.dataset, "id": e.id, "repeat": r, **t})
                 print(f"{s.dataset} repeat {r + 1}/{repeats}: question {i + 1}/{len(s.examples)}", flush=True)
     return times
 
@@ -234,13 +244,24 @@ def latency_pass(
     written = []
     for d in datasets:
         s = setup(d, variants, n, overrides)
-        found = rows(s, time_pass(s, warmup, repeats), {**common, "torch_threads": torch.get_num_threads()})
+        timed: list[dict[str, Any]] = []
+        found = rows(s, time_pass(s, warmup, repeats, timed), {**common, "torch_threads": torch.get_num_threads()})
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         with out.open("a", encoding="utf-8") as f:
             for r in found:
                 f.write(json.dumps({**r, "finished_at": stamp}) + "\n")
+        with records_path(out).open("a", encoding="utf-8") as f:
+            for t in timed:
+                f.write(json.dumps({"pass_id": common["pass_id"], "cpu": common["cpu"], **t}) + "\n")
         written += found
     return written
+
+
+def records_path(out: Path) -> Path:
+    """Where a pass's per-question records go: beside ``out``, named so that the leaderboard's reading of pass
+    files (``latency-pass-*.jsonl``) never takes them for one."""
+    name = out.name[len(PREFIX) :] if out.name.startswith(PREFIX) else out.name
+    return out.with_name(RECORDS_PREFIX + name)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

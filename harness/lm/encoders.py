@@ -20,7 +20,22 @@ from typing import Any
 
 from harness import resources
 from harness.lm.loading import is_adapter_dir, load_tokenizer
+from harness.lm.meter import watch
 from harness.lm.models import resolve
+
+
+def watched(model: Any, ref: str, adapter: str | None = None) -> Any:
+    """``model`` with its (first) transformers network's token embedding counted by the token meter
+    (``harness.lm.meter.watch``): every forward pass embeds its ``(B, T)`` ids through it, however the network is
+    called (sentence-transformers calls ``forward`` directly, past the network's own hooks)."""
+    from transformers import PreTrainedModel
+
+    inner = model if isinstance(model, PreTrainedModel) else None
+    if inner is None and hasattr(model, "modules"):
+        inner = next((m for m in model.modules() if isinstance(m, PreTrainedModel)), None)
+    if inner is not None:
+        watch(inner.get_input_embeddings(), ref, Path(adapter).name if adapter else None)
+    return model
 
 
 def sentence_encoder(ref: str, device: str = "cpu", trust_remote_code: bool = False) -> Any:
@@ -29,7 +44,8 @@ def sentence_encoder(ref: str, device: str = "cpu", trust_remote_code: bool = Fa
     def build():
         from sentence_transformers import SentenceTransformer
 
-        return SentenceTransformer(resolve(ref).path, device=device, trust_remote_code=trust_remote_code)
+        st = SentenceTransformer(resolve(ref).path, device=device, trust_remote_code=trust_remote_code)
+        return watched(st, ref)
 
     return resources.shared(("sentence_encoder", ref, device), build)
 
@@ -60,12 +76,12 @@ def tuned_sentence_encoder(base: str, trained: str, device: str = "cpu", max_seq
 
     def build():
         if not is_adapter_dir(trained):
-            return sentence_model(trained, device, max_seq_length)
+            return watched(sentence_model(trained, device, max_seq_length), base, trained)
         from peft import PeftModel
 
         st = sentence_model(base, device, max_seq_length)  # a private copy: merged below
         st[0].auto_model = PeftModel.from_pretrained(st[0].auto_model, trained).merge_and_unload()
-        return st.eval()
+        return watched(st.eval(), base, trained)
 
     return resources.shared(("tuned_sentence_encoder", base, trained, device, max_seq_length), build)
 
@@ -77,7 +93,7 @@ def hf_encoder(ref: str, device: str = "cpu") -> tuple[Any, Any]:
         from transformers import AutoModel
 
         model = AutoModel.from_pretrained(resolve(ref).path).to(device).eval()
-        return model, load_tokenizer(ref)
+        return watched(model, ref), load_tokenizer(ref)
 
     return resources.shared(("hf_encoder", ref, device), build)
 
@@ -90,7 +106,9 @@ def cross_encoder(ref: str, device: str = "cpu", max_length: int = 512) -> Any:
         import torch
         from sentence_transformers import CrossEncoder
 
-        return CrossEncoder(resolve(ref).path, device=device, max_length=max_length, activation_fn=torch.nn.Identity())
+        ce = CrossEncoder(resolve(ref).path, device=device, max_length=max_length, activation_fn=torch.nn.Identity())
+        watched(ce.model, ref)
+        return ce
 
     return resources.shared(("cross_encoder", ref, device, max_length), build)
 
@@ -119,7 +137,12 @@ def load_sequence_classifier(ref: str, adapter: str | None = None, device: str =
 def sequence_classifier(ref: str, adapter: str | None = None, device: str = "cpu") -> tuple[Any, Any]:
     """``load_sequence_classifier``'s (model, tokenizer), shared per (ref, adapter, device)."""
     key = ("sequence_classifier", ref, adapter, device)
-    return resources.shared(key, lambda: load_sequence_classifier(ref, adapter, device))
+
+    def build() -> tuple[Any, Any]:
+        model, tok = load_sequence_classifier(ref, adapter, device)
+        return watched(model, ref, adapter), tok
+
+    return resources.shared(key, build)
 
 
 def seq2seq_lm(ref: str, dtype: str = "float32") -> tuple[Any, Any]:
@@ -133,6 +156,8 @@ def seq2seq_lm(ref: str, dtype: str = "float32") -> tuple[Any, Any]:
         from harness.lm.hardware import has_cuda
 
         model = AutoModelForSeq2SeqLM.from_pretrained(resolve(ref).path, dtype=getattr(torch, dtype))
-        return model.to("cuda" if has_cuda() else "cpu").eval(), load_tokenizer(ref)
+        model = model.to("cuda" if has_cuda() else "cpu").eval()
+        watch(model.get_encoder(), ref, op="encode")  # the encoder pass; each decoder step is a forward below
+        return watch(model, ref, op="decode"), load_tokenizer(ref)
 
     return resources.shared(("seq2seq_lm", ref, dtype), build)

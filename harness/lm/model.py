@@ -19,8 +19,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from harness.lm import meter
 from harness.lm.cache import Cached, cached_calls
 from harness.protocols import Messages
 
@@ -165,43 +167,57 @@ class LM:
         settings: dict[str, Any] = {"max_new_tokens": int(max_new_tokens), "stop": stops, "greedy": True}
         if self.info.get("speculative") and self.info["dtype"] != "float32":  # where it could change the tokens
             settings["speculative"] = self.info["speculative"]
-        rows = cached_calls(
-            self.namespace,
+        with meter.muted():  # the engine's own forward passes are this call's, counted below
+            rows = cached_calls(
+                self.namespace,
+                "generate",
+                ids,
+                settings,
+                lambda ps: [list(x) for x in self.generation_engine.generate(ps, max_new_tokens, stops)],
+                prepare=self._ready,
+            )
+        self._count(
             "generate",
-            ids,
-            settings,
-            lambda ps: [list(x) for x in self.generation_engine.generate(ps, max_new_tokens, stops)],
-            prepare=self._ready,
+            [[len(p), meter.written_of(r.value[0], bool(r.value[1]))] for p, r in zip(ids, rows, strict=True)],
         )
         return [
             Completion(self.decode(r.value[0]).strip(), list(r.value[0]), bool(r.value[1]), r.seconds, r.replayed)
             for r in rows
         ]
 
+    def _count(self, op: str, each: list[list[int]]) -> None:
+        """Tell the open token meters (``harness.lm.meter``) what this call read and wrote."""
+        adapter = self.info.get("adapter")
+        meter.lm_call(self.ref, None if not adapter else Path(str(adapter)).name, op, each)
+
     def token_logprobs(self, prompts: Sequence[list[int] | Messages], token_ids: Sequence[int]) -> list[Cached]:
         """Next-token log-probabilities of ``token_ids`` after each prompt (``.value``: one float per id)."""
         ids = [self._ids(p, self.context_length - 1) for p in prompts]
-        return cached_calls(
-            self.namespace,
-            "token_logprobs",
-            ids,
-            {"tokens": list(token_ids)},
-            lambda ps: self.engine.token_logprobs(ps, list(token_ids)),
-            prepare=self._ready_scoring,
-        )
+        self._count("token_logprobs", [[len(p), 0] for p in ids])
+        with meter.muted():
+            return cached_calls(
+                self.namespace,
+                "token_logprobs",
+                ids,
+                {"tokens": list(token_ids)},
+                lambda ps: self.engine.token_logprobs(ps, list(token_ids)),
+                prepare=self._ready_scoring,
+            )
 
     def prompt_logprobs(self, prompts: Sequence[list[int]], start: Sequence[int] | int = 0) -> list[Cached]:
         """log p(token j | tokens < j) for j = start + 1 .. len - 1 (``.value``: a list of floats)."""
         starts = [start] * len(prompts) if isinstance(start, int) else list(start)
         items = [[list(p), int(s)] for p, s in zip(prompts, starts, strict=True)]
-        return cached_calls(
-            self.namespace,
-            "prompt_logprobs",
-            items,
-            {},
-            lambda its: self.engine.prompt_logprobs([i[0] for i in its], [i[1] for i in its]),
-            prepare=self._ready_scoring,
-        )
+        self._count("prompt_logprobs", [[len(i[0]), 0] for i in items])
+        with meter.muted():
+            return cached_calls(
+                self.namespace,
+                "prompt_logprobs",
+                items,
+                {},
+                lambda its: self.engine.prompt_logprobs([i[0] for i in its], [i[1] for i in its]),
+                prepare=self._ready_scoring,
+            )
 
     def answer_ids(self, answer: str) -> list[int]:
         """An answer's tokens followed by end-of-turn, as the generator would emit it."""
