@@ -18,6 +18,9 @@ What is measured (batch 1, fp32, the real embedded weights, de-quantised from th
   threads, KV block size and everything else as in a run. Speculative decoding is off (plain greedy decode).
   ``prefill.<n>``: wall time of one generate call of ``max_tokens=1`` over an ``n``-token prompt (the whole
   prompt's forward pass, one sampled token, the engine's per-call overhead), n in 64 .. 2048.
+  ``prefill_full_logits.<n>``: one ``prompt_logprobs`` call of the engine over an ``n``-token prompt (every
+  position's logits and log-probabilities: what ``LM.prompt_logprobs`` runs, e.g. Selective-Context; on vLLM also
+  its per-position work, which made a last-token prefill under-predict such scoring by 30-50 %).
   ``decode_<engine>.<L>``: ``(T(L, k + 1) - T(L, 1)) / k`` with ``k`` = 16, one pair of calls per run at a prompt
   of L tokens: seconds per generated token with L to L + k tokens cached, L in 128, 512, 1024, 2048. Each entry
   keeps both calls' times (``prefill_runs_s``, ``generate_runs_s``) and the tokens each wrote (``new_tokens``).
@@ -405,6 +408,21 @@ class Decoder:
         runs = [self.timed(n, 1) for _ in range(self.args.repeats)]
         return {**summary([t for t, _ in runs]), "prompt_tokens": n, "new_tokens": [w for _, w in runs]}
 
+    def full_logits(self, n: int) -> dict[str, Any]:
+        """Seconds of scoring every position of an n-token prompt: the engine's ``prompt_logprobs`` (what a
+        method's ``LM.prompt_logprobs`` runs: the output layer over every position, and vLLM's per-position work)."""
+
+        def one() -> float:
+            prompt = random_ids(self.rng, n, self.vocab, self.banned)
+            self.engine.reset_prefix_cache()
+            t0 = time.perf_counter()
+            self.engine.prompt_logprobs([prompt], [0])
+            return time.perf_counter() - t0
+
+        for _ in range(self.args.warmup):
+            one()
+        return {**summary([one() for _ in range(self.args.repeats)]), "prompt_tokens": n}
+
     def decode(self, cached: int) -> dict[str, Any]:
         k = self.args.k
         for _ in range(self.args.warmup):
@@ -452,6 +470,10 @@ def measure_decoder(table: Table, shape: str, ref: str, engine: str, args: argpa
                 R["prefill"][str(n)] = {"error": f"n={n} exceeds the context ({lm.context_length} - {args.k + 1})"}
                 continue
             table.record(R["prefill"], str(n), f"{shape} prefill n={n}", lambda n=n: dec.prefill(n))
+        R["prefill_full_logits"] = {}
+        for n in [x for x in args.prefill_ns if x <= room]:
+            label = f"{shape} full logits n={n}"
+            table.record(R["prefill_full_logits"], str(n), label, lambda n=n: dec.full_logits(n))
         for cached in args.decode_ls:
             if cached > room:
                 R[col][str(cached)] = {"error": f"L={cached} exceeds the context ({lm.context_length} - {args.k + 1})"}

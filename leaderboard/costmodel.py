@@ -221,7 +221,8 @@ class DeviceTable:
 
     def __init__(self, data: Mapping[str, Any], configs: Mapping[str, Mapping[str, Any]] = CONFIGS, name: str = ""):
         """Read the shapes of a table (the layout of ``h200.json``)."""
-        self.name = name or str((data.get("meta") or {}).get("device_name", ""))
+        self.meta = dict(data.get("meta") or {})
+        self.name = name or str(self.meta.get("device_name", ""))
         self.shapes = table_shapes(data)
         self.configs = dict(configs)
 
@@ -310,7 +311,8 @@ class Scenario:
     column: str = "cudagraph"  # the LM calls' decode (a serving engine); "eager": Hugging Face generate
     module_column: str = "eager"  # a library driving a torch causal LM step by step itself
     attention: bool = False  # add the attention term to the FLOPs
-    models: Mapping[str, str] = field(default_factory=dict)  # model ref -> shape, before the method rules (as ran)
+    # model ref (or "ref|lm", "ref|module" by call kind) -> shape, before the method rules: the shapes as they ran
+    models: Mapping[str, str] = field(default_factory=dict)
     batched: bool = True  # the sequences of one LM call (a group's ``calls``) as one batched pass, as they ran
 
     def shape_for(self, method: str, stage: str, group: Mapping[str, Any]) -> tuple[str, bool]:
@@ -318,8 +320,10 @@ class Scenario:
         the group's model where ``models`` names it: the shapes a run's own models have, on the machine it ran)."""
         if stage == "generate":
             return self.reader, True
-        if str(group.get("model")) in self.models:
-            return self.models[str(group["model"])], False
+        kind = "module" if group.get("op") in MODULE_OPS else "lm"
+        for key in (f"{group.get('model')}|{kind}", str(group.get("model"))):  # "ref|module" before "ref"
+            if key in self.models:
+                return self.models[key], False
         rules = {**self.default, **self.compressors.get(family(method, self.compressors) or "", {})}
         kind = "module" if group.get("op") in MODULE_OPS else "lm"
         named = [rules.get(str(group.get(k))) for k in ("role", "adapter") if group.get(k)]
@@ -361,7 +365,8 @@ def module_seconds(table: DeviceTable, shape: Shape, op: str, item: Sequence[flo
         return table.decode(shape.name, past, column)
     if shape.kind == "decoder" and t == 1 and past > 0:
         return table.decode(shape.name, past, column)
-    return table.prefill(shape.name, b * t)
+    # a causal LM's plain forward computes every position's logits (a library scoring perplexity, as llmlingua)
+    return table.prefill(shape.name, b * t, full_logits=shape.kind == "decoder")
 
 
 def call_seconds(table: DeviceTable, shape: Shape, op: str, item: Sequence[float], scenario: Scenario) -> float:

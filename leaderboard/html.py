@@ -29,7 +29,7 @@ h3{font-size:1.02rem;margin:1.2rem 0 .3rem}
 display:flex;flex-wrap:wrap;gap:.2rem 1.1rem;font-size:13.5px}
 #contents a{color:#0b57a4;text-decoration:none}#contents a:hover{text-decoration:underline}
 #contents a.empty{color:#6b6f76}
-section{scroll-margin-top:2.6rem;margin-top:2.2rem}
+section{scroll-margin-top:calc(var(--bar,2.2rem) + .4rem);margin-top:2.2rem}
 p.question{margin:.1rem 0 .6rem;font-style:italic;color:#3d4450}
 p.empty{color:#6b6f76;border-left:3px solid #d6d9de;padding-left:.6rem}
 tr.group td{background:#f6f8fa;font-style:italic;text-align:left;color:#555}
@@ -299,6 +299,13 @@ def empty(text: str) -> str:
     return f'<p class="empty">{_e(text)}</p>'
 
 
+# a section's heading lands just under the contents bar, however many lines the bar wraps to at this width
+BAR_JS = (
+    "(()=>{const n=document.getElementById('contents');const f=()=>document.documentElement.style"
+    ".setProperty('--bar',n.offsetHeight+'px');f();addEventListener('resize',f);})();"
+)
+
+
 def page(sections: list[tuple[str, str, bool, str]], title: str, note_text: str) -> str:
     """``sections``: (id, contents-bar label, whether it is empty, HTML from ``page_section``) in reading order;
     the ``grid`` section holds the grid (``runs_html``), whose script the page carries."""
@@ -312,6 +319,7 @@ def page(sections: list[tuple[str, str, bool, str]], title: str, note_text: str)
 <h1>{_e(title)}</h1><p class="note">{_e(note_text)}</p>
 {"".join(body for *_, body in sections)}
 <script>{JS}</script>
+<script>{BAR_JS}</script>
 </body></html>
 """
 

@@ -22,7 +22,10 @@ Files written under ``out``:
   ``comparison_<profile>_<generator>.csv``, ``answers_that_choose_<profile>_<generator>.csv``, ``reference.csv``
   (a copy of the papers' numbers), ``unreliable_<profile>_<generator>.csv``,
   ``more_passages_<profile>_<generator>.csv`` (where it has rows), ``readers_<profile>_<generator>.csv``
-  (Across readers, ``leaderboard.readers``: where the profile has a block of another generator model).
+  (Across readers, ``leaderboard.readers``: where the profile has a block of another generator model),
+  ``scale_<profile>_<generator>.csv`` (At the readers' scale, ``leaderboard.scale``: where ``results/scale`` holds
+  the block's recounted tokens), ``answer_rank_<profile>_<generator>.csv`` (Where the answer sits,
+  ``leaderboard.ranks``).
 - ``subem_vs_cr_<profile>_<generator>.png`` and ``.svg`` (the page's, with a hover title per point),
   ``latency_<profile>_<generator>.png``.
 - ``latency_pass.csv``: the latency passes found under ``results`` (``latency-pass-*.jsonl``, written by
@@ -45,7 +48,19 @@ from pathlib import Path
 
 import pandas as pd
 
-from leaderboard import compare_view, html, passes, plots, readers, reference, retrieval, stats, tables
+from leaderboard import (
+    compare_view,
+    html,
+    passes,
+    plots,
+    ranks,
+    readers,
+    reference,
+    retrieval,
+    scale,
+    stats,
+    tables,
+)
 from leaderboard.collect import collect
 from leaderboard.headline import aliases, mark_aliases, pick_headline
 from leaderboard.matched import MIN_N, matched
@@ -660,6 +675,7 @@ class _Data:
     ref: pd.DataFrame
     passes: pd.DataFrame  # latency passes (tools.latency_pass), compared within a pass only
     more: pd.DataFrame = field(default_factory=pd.DataFrame)  # rows run with dataset.top_k set (retrieval.split_more)
+    results: Path = Path(".")  # the results root (the scale view reads its recounted tokens there)
 
 
 def _retrieval_view(page: _Page, d: _Data, b: Block, which: str) -> None:
@@ -714,6 +730,34 @@ def _readers_view(page: _Page, d: _Data, b: Block) -> None:
         page.written.append(csv)
 
 
+def _ranks_view(page: _Page, d: _Data, b: Block) -> None:
+    """The headline's Table 2 rows (and ``top1``) by the rank of the first answer-bearing passage, under each reader
+    (``leaderboard.ranks``), with ``answer_rank_<profile>_<generator>.csv``."""
+    if page.archive:
+        return
+    gens = readers.reader_blocks(d.full, b.profile, b.gen)
+    md, body, csv = ranks.section(
+        d.full, gens, b.profile, b.baseline, page.out / f"answer_rank_{_slug(b.profile, b.gen)}.csv"
+    )
+    if md:
+        page.md.append(md)
+        page.add(body)
+    if csv:
+        page.written.append(csv)
+
+
+def _scale_view(page: _Page, d: _Data, b: Block) -> None:
+    """The headline's Table 2 rows at the papers' reader sizes on a GPU, predicted from their recounted tokens
+    (``leaderboard.scale``), with ``scale_<profile>_<generator>.csv``; nothing without recounted records."""
+    if page.archive:
+        return
+    md, body, csv = scale.section(d.results, b.profile, b.gen, page.out / f"scale_{_slug(b.profile, b.gen)}.csv")
+    if csv:
+        page.md.append(md)
+        page.add(body)
+        page.written.append(csv)
+
+
 def _compare_view(page: _Page, d: _Data, b: Block) -> None:
     """Any two rows of the headline block, question by question (``leaderboard.compare_view``)."""
     if page.archive:
@@ -736,6 +780,8 @@ VIEWS: dict[str, list[View]] = {
         lambda p, d, b: _plot(p, "latency", d.lat, b.profile, b.gen),
     ],
     "readers": [_readers_view],
+    "scale": [_scale_view],
+    "ranks": [_ranks_view],
     "retrieval": [lambda p, d, b: _retrieval_view(p, d, b, retrieval.FAILS)],
     "passages": [lambda p, d, b: _retrieval_view(p, d, b, retrieval.MORE)],
     "diagnostics": [
@@ -819,7 +865,16 @@ def publish(
     lat = tables.latency(shown, baseline)
     drop = ["protocol", "latency_n", "latency_threads", "timed_at", "compress_s", "batched_at"]
     full = shown.merge(lat.drop(columns=drop), on=["profile", "generator", "dataset", "variant"])
-    d = _Data(full, shared, short, lat, reference.load_reference(), passes.compare(passes.read_passes(results)), more)
+    d = _Data(
+        full,
+        shared,
+        short,
+        lat,
+        reference.load_reference(),
+        passes.compare(passes.read_passes(results)),
+        more,
+        Path(results),
+    )
     page = _Page(out, written=[out / "runs.csv", out / "latency.csv", out / "reference.csv"])
     if not d.passes.empty:
         d.passes.to_csv(out / "latency_pass.csv", index=False)

@@ -36,6 +36,13 @@ SECTIONS: tuple[Section, ...] = (
         "the Table 2 rows are run under a generator of another model.",
     ),
     Section(
+        "ranks",
+        "Where the answer sits",
+        "Does full fall as the first answer-bearing passage sits lower, and do the selectors gain by position or "
+        "by cutting distraction?",
+        "Not shown yet: no `full` row of the headline block whose passages can be re-read here.",
+    ),
+    Section(
         "retrieval",
         "When retrieval fails",
         "How does each method do on the questions whose retrieved passages hold no gold answer (the papers' Table 7)?",
@@ -48,6 +55,13 @@ SECTIONS: tuple[Section, ...] = (
         "k = 10)?",
         "Not measured yet on this page: no view puts a row read with more passages beside the same row read with "
         "the default top-k.",
+    ),
+    Section(
+        "scale",
+        "At the readers' scale",
+        "What would each row cost in time and compute with the papers' readers (1B to 70B) on a GPU, from the tokens "
+        "its stages read and wrote?",
+        "Not predicted yet on this page: no recounted token records of the headline block (python -m tools.recount).",
     ),
     Section(
         "diagnostics",

@@ -26,17 +26,37 @@ from leaderboard.costmodel import DeviceTable, Scenario, predict_record
 # the embedded models, by reference, and the device table's shape of each (benchmarks.device_table's names)
 AS_RAN = {
     "embedded:smollm2-135m-instruct": "smollm2_135m",
+    # LongLLMLingua drives the torch model itself (transformers, eager): that engine's figures where the table has
+    # them (``--merge`` adds a transformers table's shapes with this suffix)
+    "embedded:smollm2-135m-instruct|module": "smollm2_135m_transformers",
     "embedded:gemma3-270m": "gemma3_270m",
     "embedded:all-minilm-l6-v2": "minilm_l6",
 }
 READER_SHAPE = "smollm2_135m"
 
 
-def scenario(reader: str = READER_SHAPE) -> Scenario:
-    """Every call on its own model's shape; the generator's on the reader's; no method rule needed."""
+def scenario(table: DeviceTable, reader: str = READER_SHAPE) -> Scenario:
+    """Every call on its own model's shape (of those the table holds); the generator's on the reader's."""
+    held = set(table.shapes)
     return Scenario(
-        reader=reader, compressors={}, default={"lm": reader, "module": "minilm_l6"}, column="eager", models=AS_RAN
+        reader=reader,
+        compressors={},
+        default={"lm": reader, "module": "minilm_l6"},
+        column="eager",
+        models={k: v for k, v in AS_RAN.items() if v in held},
     )
+
+
+def merged(path: Path, other: Path | None) -> DeviceTable:
+    """The table at ``path``, with ``other``'s decoders added as ``<shape>_<engine>`` (same machine, same
+    session)."""
+    data = json.loads(path.read_text())
+    if other is not None:
+        more = json.loads(other.read_text())
+        engine = more.get("meta", {}).get("engine", "other")
+        for shape, entry in more.get("decoders", {}).items():
+            data["decoders"][f"{shape}_{engine}"] = entry
+    return DeviceTable(data, name=path.stem)
 
 
 def read_records(paths: Sequence[Path]) -> list[dict[str, Any]]:
@@ -109,9 +129,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("records", nargs="+", type=Path)
     ap.add_argument("--table", type=Path, required=True)
     ap.add_argument("--out", type=Path)
+    ap.add_argument(
+        "--merge",
+        type=Path,
+        help="a second table of the same machine (another engine): its decoders join as <shape>_<engine>",
+    )
     a = ap.parse_args(argv)
-    table = DeviceTable.load(a.table)
-    rows = per_question(read_records(a.records), table, scenario())
+    table = merged(a.table, a.merge)
+    rows = per_question(read_records(a.records), table, scenario(table))
     found = summary(rows)
     pct = lambda x: "-" if x is None else f"{x:+.0%}"  # noqa: E731
     for r in found:
@@ -126,7 +151,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"all {every['n']} questions: median error {pct(every['median_error'])}, largest {pct(every['largest_error'])}"
     )
     if a.out:
-        meta = {"table": str(a.table), "records": [str(p) for p in a.records], "device": table.data.get("meta", {})}
+        meta = {"table": str(a.table), "records": [str(p) for p in a.records], "device": table.meta}
         a.out.write_text(json.dumps({"meta": meta, "overall": every, "rows": found}, indent=1) + "\n")
     return 0
 

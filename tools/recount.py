@@ -1,0 +1,76 @@
+"""Gather the recounted tokens of a block's rows into the file the "At the readers' scale" view reads.
+
+    .venv/bin/python -m tools.recount RESULTS [--out leaderboard/runs/scale] [--variants a,b] [--datasets nq,...]
+
+Every run folder under ``RESULTS`` (``summary.json`` beside ``predictions.jsonl``) whose records carry ``tokens``
+(``harness.lm.meter``) adds one line per question to ``<out>/tokens-<profile>-<generator>.jsonl.gz``: ``profile``,
+``generator``, ``variant``, ``dataset``, ``sample``, ``id``, ``batch``, ``tokens``, ``prompt_tokens``,
+``completion_tokens``, ``compress_s``, ``generate_s`` (no question, passage or answer text). A run made at batch 1
+gives each question's calls exactly; ``scripts/recount.sh`` makes the Table 2 rows so: a batch-8 pass that fills the
+call cache, then a batch-1 pass that replays it (minutes), into a results root of their own, so that a
+200-question recount never stands in for the published runs. The file is rewritten whole.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+FIELDS = ("id", "batch", "tokens", "prompt_tokens", "completion_tokens", "compress_s", "generate_s")
+
+
+def runs(results: Path) -> list[Path]:
+    return sorted(p.parent for p in results.rglob("summary.json") if (p.parent / "predictions.jsonl").is_file())
+
+
+def lines_of(folder: Path) -> list[dict[str, Any]]:
+    """One line per counted record of a run folder (none where its records predate token accounting)."""
+    s = json.loads((folder / "summary.json").read_text())
+    head = {k: s.get(k) for k in ("profile", "generator", "dataset", "sample")}
+    out = []
+    for x in (folder / "predictions.jsonl").read_text().splitlines():
+        r = json.loads(x) if x.strip() else {}
+        if "tokens" in r and "error" not in r:
+            out.append({**head, "variant": s["method"], **{k: r.get(k) for k in FIELDS}})
+    return out
+
+
+def recount(
+    results: Path, out: Path, variants: Sequence[str] | None = None, datasets: Sequence[str] | None = None
+) -> list[Path]:
+    """Write one tokens file per (profile, generator) found; returns the files written."""
+    by_block: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for folder in runs(results):
+        for line in lines_of(folder):
+            if (variants and line["variant"] not in variants) or (datasets and line["dataset"] not in datasets):
+                continue
+            by_block.setdefault((line["profile"], line["generator"]), []).append(line)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for (profile, generator), lines in by_block.items():
+        path = out / f"tokens-{profile}-{generator}.jsonl.gz"
+        with gzip.open(path, "wt", encoding="utf-8") as f:
+            f.writelines(json.dumps(x) + "\n" for x in lines)
+        written.append(path)
+    return written
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m tools.recount", description=__doc__.splitlines()[0])
+    ap.add_argument("results", type=Path)
+    ap.add_argument("--out", type=Path, default=Path("leaderboard/runs/scale"))
+    ap.add_argument("--variants")
+    ap.add_argument("--datasets")
+    a = ap.parse_args(argv)
+    split = lambda s: s.split(",") if s else None  # noqa: E731
+    for path in recount(a.results, a.out, split(a.variants), split(a.datasets)):
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
