@@ -29,6 +29,7 @@ import pandas as pd
 import yaml
 
 from leaderboard import costmodel as cm
+from leaderboard.tables import label
 
 DATA = Path(__file__).resolve().parent / "data"
 DEVICE = "h200"
@@ -40,6 +41,7 @@ READER_NAMES = {
     "qwen3_14b": "Qwen3-14B",
     "llama33_70b": "Llama-3.3-70B",
 }
+SHORT = {"llama32_1b": "1B", "llama32_3b": "3B", "llama3_8b": "8B", "qwen3_14b": "Qwen3-14B", "llama33_70b": "70B"}
 COLUMNS = ("cudagraph", "eager")
 
 
@@ -117,7 +119,7 @@ def _num(x: Any, spec: str) -> str:
 def markdown_table(figs: pd.DataFrame, dataset: str, papers: Sequence[dict[str, Any]]) -> list[str]:
     """One dataset's table: seconds with the 8B reader, TFLOPs per reader size, the break-even reader."""
     head = ["method", "n", "total s", "online s", "total s (eager)"]
-    head += [f"TFLOPs, {READER_NAMES[r]}" for r in cm.READERS] + ["breaks even from"]
+    head += [f"TFLOPs at {SHORT[r]}" for r in cm.READERS] + ["breaks even from"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in figs[figs.dataset == dataset].itertuples():
         cells = [f"`{r.variant}`", str(r.n), _num(r.total_s_cudagraph, ".2f"), _num(r.online_s_cudagraph, ".2f")]
@@ -137,8 +139,8 @@ def _even(r: Any) -> str:
     if r.variant == "full":
         return "(reference)"
     if r.break_even_reader is None or pd.isna(r.break_even_reader):
-        return "never" if pd.isna(r.break_even_params_b) else f"never of these ({r.break_even_params_b:.0f}B)"
-    return f"{READER_NAMES[r.break_even_reader]} ({r.break_even_params_b:.2f}B)"
+        return "never" if pd.isna(r.break_even_params_b) else f"none of these ({r.break_even_params_b:.0f}B)"
+    return f"{SHORT[r.break_even_reader]} ({r.break_even_params_b:.1f}B)"
 
 
 def check_lines(checks: Sequence[dict[str, Any]]) -> list[str]:
@@ -168,7 +170,7 @@ def sentences(figs: pd.DataFrame) -> str:
         rest = d[d.variant != "full"]
         faster = rest[rest.total_s_cudagraph < base].variant.tolist()
         slowest = rest.loc[rest.total_s_cudagraph.idxmax()] if len(rest) else None
-        text = f"On {dataset}, `full` costs {base:.2f} s a question (total = online, Llama-3-8B, CUDA graphs)"
+        text = f"On {label(dataset)}, `full` costs {base:.2f} s a question (total = online, Llama-3-8B, CUDA graphs)"
         if slowest is not None:
             text += (
                 f"; {len(faster)} of {len(rest)} rows cost less in all, the dearest is `{slowest.variant}` "
@@ -201,8 +203,8 @@ def section(results: str | Path, profile: str, generator: str, csv: Path) -> tup
     papers = paper_figures()
     for dataset in figs.dataset.unique():
         lines = markdown_table(figs, dataset, papers)
-        md.append(f"### {dataset}\n\n" + "\n".join(lines) + "\n")
-        body.append(html.section(dataset, _html_table(lines), 3))
+        md.append(f"### {label(dataset)}\n\n" + "\n".join(lines) + "\n")
+        body.append(html.section(label(dataset), _html_table(lines), 3))
     said = sentences(figs)
     checks = " ".join(check_lines(read_checks(results)))
     for text in (said, checks, paper_note(figs, papers)):
@@ -222,10 +224,11 @@ def legend(tokens: pd.DataFrame) -> str:
         "(CompSelect's extractor and truncator Llama-3.2-3B, EXIT Gemma-2B, Refiner and LongLLMLingua Llama-2-7B, "
         "RECOMP-abs T5-large, Selective-Context GPT-2, the encoders BERT or XLM-R sizes). Total = compression + "
         "generation; online = generation. Decode at a serving engine's CUDA-graph speed (the eager column is "
-        "Hugging Face `generate`). Token counts are this profile's: its stand-ins and SmolLM2's tokenizer, not the "
-        "papers' models and Llama-3's. Compute: 2 x parameters x tokens read and written. Breaks even from: the "
-        "smallest reader at which the row's compute per question falls below `full`'s (the continuous size in "
-        "brackets)."
+        "Hugging Face `generate`; T5 has only an eager figure, so RECOMP-abs decodes at it in both). "
+        "Token counts are this profile's: its stand-ins and SmolLM2's tokenizer, not the "
+        "papers' models and Llama-3's. Compute: 2 x parameters x tokens read and written, per reader: Llama-3.2-1B, "
+        "Llama-3.2-3B, Llama-3-8B, Qwen3-14B, Llama-3.3-70B. Breaks even from: the smallest of those readers at which "
+        "the row's compute per question falls below `full`'s (the continuous size in brackets)."
     )
 
 

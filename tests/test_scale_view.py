@@ -75,7 +75,7 @@ def test_the_view_adds_up_from_the_cost_model_and_writes_its_csv(results: Path, 
     assert "CompSelect (paper, Sec. 5.4) | - | 2.14 | 0.21" in md  # beside our NQ row, not HotpotQA's
     assert md.count("CompSelect (paper, Sec. 5.4)") == 2  # its table row and the sentence that compares
     assert "Checked on Test CPU" in md and "+8%" in md and "`exit` (+20%)" in md
-    assert "### nq" in md and "### hotpotqa" in md and "<table>" in body
+    assert "### NQ" in md and "### HQA" in md and "<table>" in body
 
 
 def test_bm25_breaks_even_at_once_and_compselect_needs_a_large_enough_reader(results: Path):
@@ -113,3 +113,22 @@ def test_recount_gathers_counted_records_without_their_text(tmp_path: Path):
         (line,) = [json.loads(x) for x in f]
     assert line["id"] == "q1" and line["variant"] == "bm25" and line["tokens"] == counted["tokens"]
     assert "question" not in line and "context" not in line
+
+
+def test_recount_takes_a_latency_pass_s_first_repeat_once_per_question(tmp_path: Path):
+    from tools.recount import recount
+
+    passes = tmp_path / "latency-pass-x.jsonl"
+    rows = [{"variant": v, "dataset": "nq", "profile": PROFILE, "generator": GEN, "sample": "shuffled seed 0",
+             "pass_id": "p1"} for v in ("full", "bm25")]  # fmt: skip
+    passes.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    timed = [{"variant": v, "dataset": "nq", "id": f"q{i}", "repeat": k, "tokens": _line(v, "nq", i)["tokens"],
+              "compress_s": 0.0, "generate_s": 0.3}
+             for v in ("full", "bm25") for k in (0, 1) for i in range(3)]  # fmt: skip
+    records = tmp_path / "latency-records-x.jsonl"
+    records.write_text("".join(json.dumps(r) + "\n" for r in timed))
+    (path,) = recount(None, tmp_path / "scale", latency=[(records, passes), (records, passes)])
+    with gzip.open(path, "rt") as f:
+        lines = [json.loads(x) for x in f]
+    assert len(lines) == 2 * 3 and {x["from"] for x in lines} == {"latency pass p1"}  # one repeat, no double
+    assert all(x["batch"] == 1 and x["generator"] == GEN for x in lines)

@@ -8,7 +8,9 @@ Every run folder under ``RESULTS`` (``summary.json`` beside ``predictions.jsonl`
 ``completion_tokens``, ``compress_s``, ``generate_s`` (no question, passage or answer text). A run made at batch 1
 gives each question's calls exactly; ``scripts/recount.sh`` makes the Table 2 rows so: a batch-8 pass that fills the
 call cache, then a batch-1 pass that replays it (minutes), into a results root of their own, so that a
-200-question recount never stands in for the published runs. The file is rewritten whole.
+200-question recount never stands in for the published runs. ``--latency RECORDS PASS`` adds a latency pass's
+timed questions (``tools.latency_pass``: exact per question, batch 1; the first repeat). The file is rewritten
+whole.
 """
 
 from __future__ import annotations
@@ -39,16 +41,44 @@ def lines_of(folder: Path) -> list[dict[str, Any]]:
     return out
 
 
+def latency_lines(records: Path, passes: Path) -> list[dict[str, Any]]:
+    """One line per question of a latency pass's per-question records (``tools.latency_pass``; the first repeat),
+    its profile and generator read from the pass's own rows (``passes``, the ``latency-pass-*.jsonl`` beside it)."""
+    block = {(r["variant"], r["dataset"]): r for r in map(json.loads, passes.read_text().splitlines()) if r}
+    out = []
+    for r in map(json.loads, [x for x in records.read_text().splitlines() if x.strip()]):
+        row = block.get((r["variant"], r["dataset"]))
+        if row is None or r.get("repeat", 0) != 0:
+            continue
+        head = {"profile": row["profile"], "generator": row["generator"], "dataset": r["dataset"]}
+        sample = {"sample": row.get("sample"), "batch": 1, "from": f"latency pass {row.get('pass_id')}"}
+        out.append({**head, **sample, "variant": r["variant"], **{k: r.get(k) for k in FIELDS if k in r}})
+    return out
+
+
 def recount(
-    results: Path, out: Path, variants: Sequence[str] | None = None, datasets: Sequence[str] | None = None
+    results: Path | None,
+    out: Path,
+    variants: Sequence[str] | None = None,
+    datasets: Sequence[str] | None = None,
+    latency: Sequence[tuple[Path, Path]] = (),
 ) -> list[Path]:
-    """Write one tokens file per (profile, generator) found; returns the files written."""
+    """Write one tokens file per (profile, generator) found in the run folders under ``results`` and the latency
+    passes' (records, pass) files; returns the files written."""
     by_block: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for folder in runs(results):
-        for line in lines_of(folder):
-            if (variants and line["variant"] not in variants) or (datasets and line["dataset"] not in datasets):
-                continue
-            by_block.setdefault((line["profile"], line["generator"]), []).append(line)
+    found = [x for folder in (runs(results) if results else []) for x in lines_of(folder)]
+    found += [x for records, passes in latency for x in latency_lines(records, passes)]
+    seen: set[tuple[str, ...]] = set()
+    for line in found:  # a question counted twice (a run and a pass) is kept once, the run's
+        key = (line["profile"], line["generator"], line["variant"], line["dataset"], str(line["id"]))
+        if (
+            key in seen
+            or (variants and line["variant"] not in variants)
+            or (datasets and line["dataset"] not in datasets)
+        ):
+            continue
+        seen.add(key)
+        by_block.setdefault((line["profile"], line["generator"]), []).append(line)
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for (profile, generator), lines in by_block.items():
@@ -61,13 +91,22 @@ def recount(
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tools.recount", description=__doc__.splitlines()[0])
-    ap.add_argument("results", type=Path)
+    ap.add_argument("results", type=Path, nargs="?", help="a results root of run folders")
+    ap.add_argument(
+        "--latency",
+        nargs=2,
+        action="append",
+        type=Path,
+        default=[],
+        metavar=("RECORDS", "PASS"),
+        help="a latency pass's latency-records-*.jsonl and its latency-pass-*.jsonl (first repeat)",
+    )
     ap.add_argument("--out", type=Path, default=Path("leaderboard/runs/scale"))
     ap.add_argument("--variants")
     ap.add_argument("--datasets")
     a = ap.parse_args(argv)
     split = lambda s: s.split(",") if s else None  # noqa: E731
-    for path in recount(a.results, a.out, split(a.variants), split(a.datasets)):
+    for path in recount(a.results, a.out, split(a.variants), split(a.datasets), [tuple(x) for x in a.latency]):
         print(path)
     return 0
 
