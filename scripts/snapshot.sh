@@ -19,7 +19,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 BASELINES=(
-  naive full oracle_sentences
+  naive full top1 oracle_sentences
   bm25 bm25_sentences_rate0.25 bm25_sentences_top1
   bge_reranker bge_reranker_sentences_rate0.25 bge_reranker_sentences_top1 bge_reranker_v2_m3
   recomp_extr recomp_abs refiner

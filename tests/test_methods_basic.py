@@ -9,7 +9,7 @@ from harness.types import Example, Passage, Unit
 from methods.oracle_sentences import OracleSentences, contains_answer
 from methods.rerank import RerankSelect, select_units
 from methods.scorers import BM25Scorer
-from methods.vanilla import Full, Naive
+from methods.vanilla import Full, Naive, TopPassages
 
 EMPTY = Example("e", "who?", ("x",), ())
 
@@ -29,6 +29,17 @@ def test_naive_and_full(nq5):
     full = Full().compress(ex)
     assert full.documents == [p.render() for p in ex.passages]
     assert full.units == [Unit(i) for i in range(5)]
+
+
+def test_top1_keeps_the_first_passage_as_read_and_nothing_else(nq5, hotpot3):
+    ex = nq5[0]
+    c = TopPassages(k=1).compress(ex)
+    assert c.documents == [ex.passages[0].render()] and c.units == [Unit(0)]
+    assert TopPassages(k=2).compress(ex).documents == [p.render() for p in ex.passages[:2]]
+    h = hotpot3[0]  # whatever order the run reads (BM25 on HotpotQA in a run): its first passage
+    assert TopPassages().compress(h).documents == [h.passages[0].render()]
+    with pytest.raises(ValueError, match="at least one"):
+        TopPassages(k=0)
 
 
 def test_oracle_keeps_exactly_answer_sentences_in_order(nq5):
