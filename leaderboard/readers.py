@@ -36,6 +36,7 @@ from leaderboard.tables import DAGGER, datasets, fmt, label, markdown
 
 HOLDS, SIGN_ONLY, DIFFERS, REVERSES = "holds", "holds in sign only", "signs differ", "reverses"
 ORACLE = "oracle_sentences"  # CompSelect's Figure 1 sets full against the oracle clues
+TOP1 = "top1"  # ... and the retriever's Top-1 document
 
 
 def reader_model(rows: pd.DataFrame) -> str | None:
@@ -128,7 +129,8 @@ def compare(
 ) -> Readers | None:
     """The Table 2 rows of ``dataset`` under the blocks ``gens`` of ``profile`` on the questions they all share;
     None when the baseline is missing under a reader or no question is shared."""
-    t2 = full[(full.profile == profile) & (full.dataset == dataset) & full.variant.isin(table2_variants())]
+    shown = [*table2_variants(), TOP1]  # top1: Figure 1's control row only (not ranked, not side by side)
+    t2 = full[(full.profile == profile) & (full.dataset == dataset) & full.variant.isin(shown)]
     per = {g: set(t2[t2.generator == g].variant) for g in gens}
     common = set.intersection(*per.values())
     if baseline not in common:
@@ -145,9 +147,9 @@ def compare(
     marks = {
         v: verdict([float(at[g, v].d_subem) for g in gens], [bool(at[g, v].sig_subem) for g in gens])
         for v in order
-        if v != baseline
+        if v not in (baseline, TOP1)
     }
-    ranked = [v for v in order if not bool(rows[rows.variant == v].oracle.any())]
+    ranked = [v for v in order if not bool(rows[rows.variant == v].oracle.any()) and v != TOP1]
     subem = {(r.generator, r.variant): {x["id"]: x["subem"] for x in recs[i]} for i, r in rows.iterrows()}
     key = sorted(ids)
 
@@ -193,7 +195,7 @@ def side_by_side(c: Readers, baseline: str = "full") -> tuple[list[tuple[str, st
     cols += [(f"{names[g]}", m) for g in c.gens for m in ("SubEM", "CR", "Echo %", f"Δ SubEM vs {baseline}")]
     cols.append(("", "verdict across readers"))
     rows = []
-    for v in variant_order(sorted(set(c.rows.variant))):
+    for v in variant_order(sorted(set(c.rows.variant) - {TOP1})):
         cells = [v]
         for g in c.gens:
             r = c.row(g, v)
@@ -203,17 +205,19 @@ def side_by_side(c: Readers, baseline: str = "full") -> tuple[list[tuple[str, st
 
 
 def figure1(cs: list[Readers], baseline: str = "full") -> tuple[list[tuple[str, str]], list[list[str]]]:
-    """CompSelect's Figure 1 per reader: ``baseline`` against ``oracle_sentences`` (SubEM, paired difference)."""
+    """CompSelect's Figure 1 per reader: the retriever's Top-1 document (``top1``, where it ran under every reader),
+    ``baseline`` and ``oracle_sentences`` (SubEM; Δ: the oracle's paired difference from ``baseline``)."""
     cs = [c for c in cs if ORACLE in set(c.rows.variant)]
-    cols = [("", "Reader")] + [(label(c.dataset), m) for c in cs for m in (baseline, ORACLE, f"Δ [{LEVEL:.0%} CI]")]
+    top1 = bool(cs) and all(TOP1 in set(c.rows.variant) for c in cs)
+    shown = [TOP1] * top1 + [baseline, ORACLE]
+    cols = [("", "Reader")] + [(label(c.dataset), m) for c in cs for m in (*shown, f"Δ [{LEVEL:.0%} CI]")]
     if not cs:
         return cols, []
     rows = []
     for k, g in enumerate(cs[0].gens):
         cells = [f"reader {k + 1}"]
         for c in cs:
-            o = c.row(g, ORACLE)
-            cells += [fmt(c.row(g, baseline).subem, "{:.1f}"), fmt(o.subem, "{:.1f}"), _delta(o)]
+            cells += [fmt(c.row(g, v).subem, "{:.1f}") for v in shown] + [_delta(c.row(g, ORACLE))]
         rows.append(cells)
     return cols, rows
 

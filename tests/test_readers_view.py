@@ -214,3 +214,24 @@ def test_a_readers_validation_note_stands_beside_its_block(runs, tmp_path, monke
     monkeypatch.setattr(readers, "reader_notes", lambda: {PAPER: "a note on reader 2"})
     md, _, _ = readers.section(runs, [HEAD, PAPER], PROFILE, "full", tmp_path / "r.csv")
     assert f"reader 2: `{PAPER}` (" in md and "; a note on reader 2)" in md
+
+
+def test_top1_stands_in_figure1_but_in_no_ranking_or_verdict(tmp_path):
+    """The retriever's Top-1 document joins CompSelect's Figure 1 per reader (issue 84) where every reader ran it;
+    it is a control row, so it enters neither the side-by-side rows, the verdicts nor Kendall's tau."""
+    from test_leaderboard import grid, write_run
+
+    res = tmp_path / "res"
+    for gen in ("gen-a", "gen-b"):
+        grid(res, n=40, generator=gen, datasets=("nq",))
+    frame = tables.ordered(collect(res))
+    before = readers.compare_all(frame, ["gen-a", "gen-b"], "embedded")
+    for gen, right in (("gen-a", 20), ("gen-b", 12)):
+        write_run(res, "top1", "nq", [("Paris" if i < right else "Rome", ["Paris"]) for i in range(40)], generator=gen)
+    after = readers.compare_all(tables.ordered(collect(res)), ["gen-a", "gen-b"], "embedded")
+    cols, rows = readers.figure1(after)
+    assert [m for _, m in cols][1:4] == ["top1", "full", "oracle_sentences"]
+    assert [r[1:4] for r in rows] == [["50.0", "60.0", "90.0"], ["30.0", "60.0", "90.0"]]
+    assert "top1" not in after[0].marks and "top1" not in [r[0] for r in readers.side_by_side(after[0])[1]]
+    assert [t.tau for t in after[0].tau.values()] == [t.tau for t in before[0].tau.values()]
+    assert readers.figure1(before)[0][1][1] == "full"  # without top1 under every reader: the figure as it was
