@@ -126,27 +126,24 @@ def _past_length(cache: Any) -> int:
 
 def groups(entries: Sequence[dict[str, Any]], share: int = 1) -> list[dict[str, Any]]:
     """One group per (model, adapter, op), in order of first call: ``n`` sequences (``forward``: calls), tokens
-    ``read`` and ``written``, divided by ``share`` (the batch size; ``each`` kept only when it is 1)."""
-    out: dict[tuple, dict[str, Any]] = {}
+    ``read`` and ``written``, divided by ``share`` (the batch size; ``calls`` and ``each`` kept only when it is 1)."""
+    calls: dict[tuple, list[int]] = {}
+    each: dict[tuple, list[list[int]]] = {}
     for e in entries:
         key = (e["model"], e["adapter"], e["op"])
-        g = out.setdefault(key, {"model": e["model"], "adapter": e["adapter"], "op": e["op"], "each": [], "calls": []})
-        g["each"].extend(e["each"])
-        g["calls"].append(len(e["each"]))
-    for g in out.values():
-        each = g["each"]
-        forward = g["op"] in SHAPE_OPS
-        read = sum(b * t for b, t, _ in each) if forward else sum(r for r, _ in each)
-        written = 0 if forward else sum(w for _, w in each)
-        g.update(n=_per(len(each), share), read=_per(read, share), written=_per(written, share))
-        calls = g.pop("calls")
-        g["calls"] = calls if not forward else None  # sequences per engine call (a watched call is one already)
-        g["each"] = g.pop("each")  # last: the long part
-        if forward or share != 1:
-            del g["calls"]
-        if share != 1:
-            del g["each"]
-    return list(out.values())
+        calls.setdefault(key, []).append(len(e["each"]))
+        each.setdefault(key, []).extend(e["each"])
+    out = []
+    for (model, adapter, op), items in each.items():
+        shaped = op in SHAPE_OPS  # a watched call is one call already: no ``calls``
+        read = sum(b * t for b, t, _ in items) if shaped else sum(r for r, _ in items)
+        written = 0 if shaped else sum(w for _, w in items)
+        g = {"model": model, "adapter": adapter, "op": op, "n": _per(len(items), share)}
+        g.update(read=_per(read, share), written=_per(written, share))
+        if share == 1:
+            g.update({} if shaped else {"calls": calls[model, adapter, op]}, each=items)  # ``each`` last: the long part
+        out.append(g)
+    return out
 
 
 def _per(total: int, share: int) -> float | int:
