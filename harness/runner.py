@@ -102,10 +102,17 @@ def _reading_only(a: dict[str, Any], b: dict[str, Any]) -> bool:
     return strip(a) == strip(b)
 
 
+CONFIG_ONLY = ("name", "per_dataset")  # a method config's keys the runner reads itself, never constructor arguments
+
+
 def build_method(method_cfg: DictConfig) -> Compressor:
-    """Instantiate a method from its config; ``name`` (the variant's name) is set on the instance."""
+    """Instantiate a method from its config; ``name`` (the variant's name) is set on the instance. A variant's
+    ``per_dataset`` mapping (the values its knobs read by ``${.per_dataset.${dataset.name}}``, e.g. a budget chosen
+    per dataset) is config only, never a constructor argument."""
     kwargs = OmegaConf.to_container(method_cfg, resolve=True)
     name = kwargs.pop("name")
+    for key in CONFIG_ONLY[1:]:
+        kwargs.pop(key, None)
     compressor = instantiate(kwargs, _convert_="all")
     compressor.name = name
     return compressor

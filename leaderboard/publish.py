@@ -49,6 +49,7 @@ from pathlib import Path
 import pandas as pd
 
 from leaderboard import (
+    budget,
     compare_view,
     html,
     passes,
@@ -675,6 +676,7 @@ class _Data:
     ref: pd.DataFrame
     passes: pd.DataFrame  # latency passes (tools.latency_pass), compared within a pass only
     more: pd.DataFrame = field(default_factory=pd.DataFrame)  # rows run with dataset.top_k set (retrieval.split_more)
+    budget: pd.DataFrame = field(default_factory=pd.DataFrame)  # budget variants (budget.split_budget)
     results: Path = Path(".")  # the results root (the scale view reads its recounted tokens there)
 
 
@@ -746,6 +748,21 @@ def _ranks_view(page: _Page, d: _Data, b: Block) -> None:
         page.written.append(csv)
 
 
+def _budget_view(page: _Page, d: _Data, b: Block) -> None:
+    """The budget variants beside CompSelect on the same questions, under each reader (``leaderboard.budget``), with
+    ``budget_<profile>_<generator>.csv``."""
+    if page.archive:
+        return
+    gens = readers.reader_blocks(d.full, b.profile, b.gen)
+    md, body, csv = budget.section(
+        d.full, d.budget, gens, b.profile, page.out / f"budget_{_slug(b.profile, b.gen)}.csv"
+    )
+    if csv:
+        page.md.append(md)
+        page.add(body)
+        page.written.append(csv)
+
+
 def _scale_view(page: _Page, d: _Data, b: Block) -> None:
     """The headline's Table 2 rows at the papers' reader sizes on a GPU, predicted from their recounted tokens
     (``leaderboard.scale``), with ``scale_<profile>_<generator>.csv``; nothing without recounted records."""
@@ -780,6 +797,7 @@ VIEWS: dict[str, list[View]] = {
         lambda p, d, b: _plot(p, "latency", d.lat, b.profile, b.gen),
     ],
     "readers": [_readers_view],
+    "budget": [_budget_view],
     "scale": [_scale_view],
     "ranks": [_ranks_view],
     "retrieval": [lambda p, d, b: _retrieval_view(p, d, b, retrieval.FAILS)],
@@ -857,6 +875,7 @@ def publish(
     if runs.empty:
         raise SystemExit(f"no run folders (summary.json) under {results}")
     runs, more = retrieval.split_more(runs)  # dataset.top_k runs: only "More passages" reads them
+    runs, at_budget = budget.split_budget(runs)  # *_budget variants: only "At the same budget" reads them
     runs = mark_aliases(runs, aliases(runs))
     runs = tables.ordered(stats.add_uncertainty(runs, baseline, resamples, seed))
     shown = runs[runs.alias_of.isna()].reset_index(drop=True)
@@ -873,13 +892,15 @@ def publish(
         reference.load_reference(),
         passes.compare(passes.read_passes(results)),
         more,
+        at_budget,
         Path(results),
     )
     page = _Page(out, written=[out / "runs.csv", out / "latency.csv", out / "reference.csv"])
     if not d.passes.empty:
         d.passes.to_csv(out / "latency_pass.csv", index=False)
         page.written.append(out / "latency_pass.csv")
-    runs_out = pd.concat([runs, more], ignore_index=True) if len(more) else runs
+    aside = [x for x in (more, at_budget) if len(x)]
+    runs_out = pd.concat([runs, *aside], ignore_index=True) if aside else runs
     runs_out = runs_out.merge(lat.drop(columns=drop), how="left", on=["profile", "generator", "dataset", "variant"])
     _portable(runs_out, out).to_csv(page.written[0], index=False)
     lat.to_csv(page.written[1], index=False)

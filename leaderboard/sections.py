@@ -36,6 +36,13 @@ SECTIONS: tuple[Section, ...] = (
         "the Table 2 rows are run under a generator of another model.",
     ),
     Section(
+        "budget",
+        "At the same budget",
+        "Is CompSelect better, or does it keep a different amount? Every method whose keep rate can be set, at "
+        "CompSelect's compression ratio, on the same questions.",
+        "Not run yet: no budget variant (conf/method/*_budget.yaml) of the headline block.",
+    ),
+    Section(
         "ranks",
         "Where the answer sits",
         "Does full fall as the first answer-bearing passage sits lower, and do the selectors gain by position or "

@@ -27,13 +27,15 @@ BASELINES=(
   selective_context selective_context_ratio0.68
   ci_oracle ci_oracle_sentences
   edc2
+  bm25_sentences_budget bge_reranker_sentences_budget recomp_extr_budget longllmlingua_budget
+  selective_context_budget
 )
 TRAINED=(
   compselect compselect_direct compselect_no_extractor compselect_no_reranker compselect_no_truncator
   compselect_random_truncation
   finefilter
   csm csm_e2e csm_sentences
-  exit
+  exit exit_budget
 )
 
 TABLE2=(

@@ -14,6 +14,7 @@ from hydra.utils import get_object
 from omegaconf import OmegaConf
 
 from harness.config import register_resolvers
+from harness.runner import CONFIG_ONLY
 from tests.conftest import REPO
 
 PROFILES = ("embedded", "paper")
@@ -77,7 +78,7 @@ def test_every_method_variant_resolves_to_importable_targets(profile):
             problems.append(f"{m}: name={method.get('name')!r} (must be the file's stem: it names the run folder)")
         if "_target_" not in method:
             problems.append(f"{m}: no _target_")
-        problems += target_problems(method, f"{m}:method", set_by_runner=("name",))
+        problems += target_problems(method, f"{m}:method", set_by_runner=CONFIG_ONLY)
     assert not problems, "\n".join(problems)
 
 
@@ -98,7 +99,7 @@ def test_broken_targets_are_reported():
         "scorer": {"_target_": "methods.scorers.BM25Scorer", "k1": 1.5},
         "stages": [{"_target_": "methods.nowhere.Stage"}, {"_target_": "methods.rerank.GRANULARITIES"}],
     }
-    problems = target_problems(node, "m", set_by_runner=("name",))
+    problems = target_problems(node, "m", set_by_runner=CONFIG_ONLY)
     assert len(problems) == 3, problems
     assert "unexpected keyword argument 'granulrity'" in problems[0]
     assert problems[1].startswith("m.stages[0]._target_=methods.nowhere.Stage: does not import")
