@@ -114,3 +114,33 @@ def test_publish_shows_budget_rows_in_their_view_only(tmp_path: Path):
     table2 = pd.read_csv(tmp_path / "out" / "table2_embedded_gen-a.csv")
     assert "bm25_sentences_budget" not in set(table2.variant)  # a 200-question budget row stays out of Table 2
     assert "bm25_sentences_budget" in set(pd.read_csv(tmp_path / "out" / "runs.csv").variant)
+
+
+def test_the_knob_is_chosen_by_cr_on_train_runs_only_and_written_back(tmp_path: Path, monkeypatch):
+    from tools import choose_budget as cb
+
+    assert cb.knob_of("exit_budget") == "threshold" and cb.knob_of("recomp_extr_budget") == "top_k"
+    assert cb.knob_of("bm25") is None and "longllmlingua_budget" in cb.budget_variants()
+    t = pd.DataFrame(
+        {
+            "variant": ["v_budget"] * 4,
+            "dataset": ["nq", "nq", "nq", "hotpotqa"],
+            "split": ["train", "train", "test", "train"],
+            "knob": ["rate"] * 4,
+            "value": [0.1, 0.2, 0.15, 0.3],
+            "n": [100] * 4,
+            "cr": [11.0, 6.0, 8.0, 7.5],
+            "kept_nothing": [0.0] * 4,
+        }
+    )
+    c = cb.choose(t, {"nq": 8.0, "hotpotqa": 7.0})
+    assert "test" not in set(c.split)  # a test run never takes part
+    chosen = {(r.dataset, r.value) for r in c[c.chosen].itertuples()}
+    assert chosen == {("nq", 0.2), ("hotpotqa", 0.3)}  # |log(6/8)| < |log(11/8)|
+    conf = tmp_path / "method"
+    conf.mkdir()
+    (conf / "v_budget.yaml").write_text("name: v_budget\nrate: ${.per_dataset.${dataset.name}}\n"
+                                        "per_dataset: {nq: 0.5, triviaqa: 0.4, hotpotqa: 0.5}\n")  # fmt: skip
+    monkeypatch.setattr(cb, "CONF", conf)
+    cb.apply(c)
+    assert "per_dataset: {nq: 0.2, triviaqa: 0.4, hotpotqa: 0.3}" in (conf / "v_budget.yaml").read_text()
