@@ -136,8 +136,9 @@ def table_rows(t: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
 
 
 def verdict(t: pd.DataFrame, dataset: str, reader: str) -> str:
-    """One sentence: whether CompSelect is ahead at its own budget on ``dataset`` under ``reader`` (rows within the
-    tolerance only), and which rows could not reach it."""
+    """One sentence: whether CompSelect is ahead (every matched row significantly lower), level (none higher) or
+    behind at its own budget on ``dataset`` under ``reader`` (rows within the tolerance only), and which rows could
+    not reach it."""
     d = t[t.dataset == dataset]
     own = d[d.variant == TARGET].iloc[0]
     matched = d[(d.variant != TARGET) & d.within.astype(bool)]
@@ -157,8 +158,10 @@ def verdict(t: pd.DataFrame, dataset: str, reader: str) -> str:
                 f"{head}, CompSelect is not ahead at its own budget: `{best.variant}` scores {best.subem:.1f} "
                 f"({best.d_subem:+.1f}, not significant)"
             )
+        elif len(below) == len(matched):
+            text = f"{head}, CompSelect is ahead at its own budget: every matched row scores significantly lower"
         else:
-            text = f"{head}, CompSelect is ahead at its own budget: no matched row scores higher"
+            text = f"{head}, CompSelect is level at its own budget: no matched row scores higher, not every one lower"
         text += f"; it beats {len(below)} of the {len(matched)} matched rows significantly"
         text += f" ({_names(below)})" if len(below) else ""
     if len(off):

@@ -156,7 +156,21 @@ def findings(t: pd.DataFrame, dataset: str, reader: str) -> str:
     if lower:
         said.append(f"where it sits lower ({', '.join(f'`{v}`' for v in lower)}): position")
     text += "; selectors beat it significantly " + (" and ".join(said) if said else "in no group") + "."
-    return text
+    return text + _top1_clause(d)
+
+
+def _top1_clause(d: pd.DataFrame) -> str:
+    """What the first passage alone scores where it holds the answer, against `full` (the other passages' cost)."""
+    top = d[(d.variant == TOP1) & (d.group == "1")]
+    if top.empty or pd.isna(top.d_subem.iloc[0]):
+        return ""
+    r = top.iloc[0]
+    sig = bool(r.sig) if not pd.isna(r.sig) else False
+    verdict = "distract the reader" if sig and r.d_subem > 0 else "cost nothing significant there"
+    return (
+        f" Read alone there, the first passage (`{TOP1}`) scores {r.subem:.0f} ({r.d_subem:+.1f}"
+        f"{'' if sig else ', not significant'}): the other passages {verdict}."
+    )
 
 
 def section(

@@ -40,6 +40,10 @@ def test_rows_are_compared_with_compselect_on_the_same_questions():
     t2 = budget.compare({"compselect": target, "a_budget": near}, resamples=300)
     words = budget.verdict(t2.assign(dataset="nq"), "nq", "reader-a")
     assert "CompSelect is ahead at its own budget" in words and "beats 1 of the 1 matched rows" in words
+    same = _recs([1] * 19 + [0] * 21, [12] * n)  # one point lower: not significant
+    t3 = budget.compare({"compselect": target, "a_budget": near, "d_budget": same}, resamples=300)
+    words = budget.verdict(t3.assign(dataset="nq"), "nq", "reader-a")
+    assert "CompSelect is level at its own budget" in words and "beats 1 of the 2 matched rows" in words
 
 
 def test_budget_rows_are_split_from_the_others_and_name_their_knob():

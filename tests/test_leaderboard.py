@@ -1082,10 +1082,14 @@ def test_a_reader_block_that_read_anothers_contexts_never_takes_the_headline_by_
     from leaderboard.headline import newest_block
 
     archived = collect(REPO_ROOT / "leaderboard" / "runs")
-    every = archived[archived.reused_contexts.eq(0)]
+    is_gemma = archived.generator.str.startswith("gemma3-270m")  # the archive's own second reader
+    every = archived[archived.reused_contexts.eq(0) & ~is_gemma]
     head = newest_block(every)
-    gemma = archived[archived.generator.str.startswith("gemma3-270m")]  # the archive's own second reader
-    assert len(gemma) and gemma.reused_contexts.eq(gemma.n).all() and newest_block(archived) == head
+    gemma = archived[is_gemma]
+    # its contexts read back, save the sentence budgets that count with the reader's tokenizer (computed afresh)
+    computed = gemma[gemma.reused_contexts.ne(gemma.n)]
+    assert len(gemma) and gemma.reused_contexts.sum() >= 0.5 * gemma.n.sum()
+    assert computed.variant.str.endswith("_sentences_budget").all() and newest_block(archived) == head
     rows = every[(every.profile == head[0]) & (every.generator == head[1])]
     later = pd.Timestamp.now(tz="UTC").isoformat()
     reader = rows.assign(generator="a-second-reader", finished_at=later, reused_contexts=rows.n)

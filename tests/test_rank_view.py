@@ -57,3 +57,8 @@ def test_each_group_scores_its_own_questions_against_full_on_the_same_ones():
     words = ranks.findings(t.assign(dataset="nq"), "nq", "reader-a")
     assert words.startswith("Under `reader-a` on NQ, `full`'s SubEM by rank is 1: 75, 2: 50, 3: 0, 4-5: 0")
     assert "falls 75 points from rank 1 to 4-5" in words
+    assert "`top1`" not in words  # no top1 row: no clause
+    alone = pd.DataFrame({"id": ids, "subem": [1, 1, 1, 1] + [0] * 8})
+    t = ranks.by_group({"full": full, "bm25": sel, "top1": alone}, rank, resamples=200)
+    words = ranks.findings(t.assign(dataset="nq"), "nq", "reader-a")
+    assert "the first passage (`top1`) scores 100 (+25.0, not significant)" in words
