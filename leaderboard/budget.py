@@ -203,8 +203,9 @@ def section(
             head, rows = table_rows(tg[tg.dataset == ds])
             title = f"{label(ds)}, read by `{g}`"
             md.append(f"### {title}\n\n{markdown(head, rows)}\n")
-            body.append(html.section(title.replace("`", ""), html.frame_html(pd.DataFrame(rows, columns=head)), 3))
+            plain = [[c.replace("`", "") for c in row] for row in rows]
+            body.append(html.section(title.replace("`", ""), html.frame_html(pd.DataFrame(plain, columns=head)), 3))
             said.append(verdict(tg, ds, g))
-    md.append(" ".join(said) + "\n")
-    body.append(html.note(" ".join(said)))
+    md.append("".join(f"- {x}\n" for x in said))
+    body.append(html.points(said))
     return "\n".join(md), "".join(body), csv

@@ -231,6 +231,12 @@ def note(text: str) -> str:
     return f'<p class="note">{_e(text.strip().replace("`", ""))}</p>' if text.strip() else ""
 
 
+def points(items: list[str]) -> str:
+    """A list of small-print findings, one per item ('' for none); Markdown backticks dropped."""
+    lis = "".join(f"<li>{_e(t.strip().replace('`', ''))}</li>" for t in items if t.strip())
+    return f'<ul class="note">{lis}</ul>' if lis else ""
+
+
 def figure(profile: str, generator: str, path: Path, caption: str = "") -> str:
     """A plot, embedded (an ``.svg`` inline, so that its points' titles show on hover; a PNG as an image); the
     runs grid's generator and profile filters hide it with the rows of its block."""

@@ -202,10 +202,8 @@ def section(
             title = f"{label(ds)}, read by `{g}`"
             md.append(f"### {title}\n\n{markdown(head, rows)}\n")
             body.append(html.section(title.replace("`", ""), html.frame_html(pd.DataFrame(rows, columns=head)), 3))
-    said = " ".join(
-        x for g in gens for ds in datasets(t[t.generator == g]) if (x := findings(t[t.generator == g], ds, g))
-    )
+    said = [x for g in gens for ds in datasets(t[t.generator == g]) if (x := findings(t[t.generator == g], ds, g))]
     if said:
-        md.append(f"{said}\n")
-        body.append(html.note(said))
+        md.append("".join(f"- {x}\n" for x in said))
+        body.append(html.points(said))
     return "\n".join(md), "".join(body), csv
