@@ -410,11 +410,12 @@ def batched_call_seconds(
 
 def group_seconds(group: Mapping[str, Any], shape: Shape, table: DeviceTable, scenario: Scenario) -> float:
     """A group's seconds: per engine call (``calls``) when ``scenario.batched`` and the group has them, else every
-    sequence alone (or n of mean size without ``each``)."""
+    sequence alone (or n of mean size without ``each``). A call of no sequences (a method that asked for nothing,
+    e.g. a truncator with no candidate) costs nothing."""
     op, calls, each = str(group.get("op", "generate")), group.get("calls"), group.get("each")
     if scenario.batched and calls and each is not None and op in LM_OPS:
         bounds = itertools.pairwise(np.cumsum([0, *calls]))
-        return sum(batched_call_seconds(table, shape, op, each[a:b], scenario) for a, b in bounds)
+        return sum(batched_call_seconds(table, shape, op, each[a:b], scenario) for a, b in bounds if b > a)
     items, _ = sequences(group)
     return sum(w * call_seconds(table, shape, op, item, scenario) for w, item in items)
 

@@ -29,7 +29,8 @@ import pandas as pd
 import yaml
 
 from leaderboard import costmodel as cm
-from leaderboard.tables import label
+from leaderboard.reference import variant_order
+from leaderboard.tables import datasets, label
 
 DATA = Path(__file__).resolve().parent / "data"
 DEVICE = "h200"
@@ -76,8 +77,10 @@ def predict(records: Sequence[dict[str, Any]], variant: str, table: cm.DeviceTab
 def row_figures(tokens: pd.DataFrame, table: cm.DeviceTable) -> pd.DataFrame:
     """Per (variant, dataset): predicted seconds, compute per reader size and the break-even reader."""
     out = []
-    for dataset, d in tokens.groupby("dataset", sort=False):
-        preds = {v: predict(g.to_dict("records"), v, table) for v, g in d.groupby("variant", sort=False)}
+    for dataset in datasets(tokens):
+        d = tokens[tokens.dataset == dataset]
+        groups = dict(tuple(d.groupby("variant", sort=False)))
+        preds = {v: predict(groups[v].to_dict("records"), v, table) for v in variant_order(list(groups))}
         full = preds.get("full")
         for variant, p in preds.items():
             even = cm.break_even(p, full, table) if full is not None and variant != "full" else None

@@ -188,6 +188,12 @@ def test_the_sequences_of_one_call_are_one_batched_pass_unless_told(data: dict[s
     got = [t["s"] for t in cm.predict_record(rec, "mine", table, alone)["stages"]["compress"]["terms"]]
     each = [line(pre, r) + sum(line(dec, r + j) for j in range(1, w)) for r, w in ((40, 3), (30, 4))]
     assert got == pytest.approx([line(pre, 40) + line(pre, 20) + line(pre, 30), sum(each)])
+    # a call of no sequences (a truncator asked about no candidate) costs nothing and leaves the others as they are
+    empty = {**scored, "calls": [2, 0, 1]}
+    rec = {"tokens": {"compress": [empty, {**wrote, "calls": [0], "n": 0, "read": 0, "written": 0, "each": []}],
+                      "generate": []}, "batch": 1}  # fmt: skip
+    got = [t["s"] for t in cm.predict_record(rec, "mine", table, batched)["stages"]["compress"]["terms"]]
+    assert got == pytest.approx([line(pre, 60) + line(pre, 30), 0.0])
 
 
 def test_a_shape_the_table_lacks_is_scaled_from_the_nearest_measured_one(table: cm.DeviceTable):

@@ -132,3 +132,14 @@ def test_recount_takes_a_latency_pass_s_first_repeat_once_per_question(tmp_path:
         lines = [json.loads(x) for x in f]
     assert len(lines) == 2 * 3 and {x["from"] for x in lines} == {"latency pass p1"}  # one repeat, no double
     assert all(x["batch"] == 1 and x["generator"] == GEN for x in lines)
+
+
+def test_rows_and_datasets_keep_the_papers_order_whatever_the_file_order(results: Path):
+    path = next((results / "scale").glob("tokens-*.jsonl.gz"))
+    with gzip.open(path, "rt") as f:
+        lines = f.read().splitlines()
+    with gzip.open(path, "wt") as f:  # as tools.recount writes them: by folder path, HotpotQA and bm25 first
+        f.writelines(x + "\n" for x in reversed(lines))
+    figs = scale.row_figures(scale.read_tokens(results), cm.DeviceTable.load("h200"))
+    assert list(dict.fromkeys(figs.dataset)) == ["nq", "hotpotqa"]
+    assert list(figs[figs.dataset == "nq"].variant) == ["full", "bm25", "compselect"]
