@@ -11,7 +11,8 @@
 #   2. batch 1 into results-recount/batch1: the same prompts replayed from the cache, so that every record holds its
 #      own calls (``each``, ``calls``), not a share of its batch's.
 # The results roots are their own: a 200-question recount never stands in for the published 800/400/400 runs.
-# Then python -m tools.recount results-recount/batch1 --out leaderboard/runs/scale writes the view's file.
+# Then python -m tools.recount results-recount/batch1 --out leaderboard/runs/scale writes the view's file: the cells
+# recounted replace their old lines, the other datasets' cells stay.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TABLE2=naive,full,bm25,bge_reranker,recomp_extr,longllmlingua,selective_context,exit,recomp_abs,refiner,compselect,finefilter,oracle_sentences

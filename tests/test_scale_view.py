@@ -115,6 +115,31 @@ def test_recount_gathers_counted_records_without_their_text(tmp_path: Path):
     assert "question" not in line and "context" not in line
 
 
+def test_recount_replaces_the_cells_it_recounts_and_keeps_the_file_s_others(tmp_path: Path):
+    from tools.recount import recount
+
+    def run(dataset: str, generate_s: float) -> Path:
+        root = tmp_path / f"r-{dataset}-{generate_s}"
+        folder = root / "embedded" / GEN / dataset / "bm25"
+        folder.mkdir(parents=True)
+        summary = {"method": "bm25", "dataset": dataset, "generator": GEN, "profile": PROFILE, "sample": "shuffled"}
+        (folder / "summary.json").write_text(json.dumps(summary))
+        record = {"id": "q1", "batch": 1, "tokens": _line("bm25", dataset, 1)["tokens"], "generate_s": generate_s}
+        (folder / "predictions.jsonl").write_text(json.dumps(record) + "\n")
+        return root
+
+    def cells(path: Path) -> dict[str, float]:
+        with gzip.open(path, "rt") as f:
+            return {x["dataset"]: x["generate_s"] for x in map(json.loads, f)}
+
+    recount(run("nq", 0.1), tmp_path / "scale")
+    recount(run("hotpotqa", 0.2), tmp_path / "scale")  # another dataset: nq's lines stay
+    (path,) = recount(run("nq", 0.3), tmp_path / "scale")  # nq again: its old line goes
+    assert cells(path) == {"nq": 0.3, "hotpotqa": 0.2}
+    (path,) = recount(run("nq", 0.4), tmp_path / "scale", fresh=True)
+    assert cells(path) == {"nq": 0.4}
+
+
 def test_recount_takes_a_latency_pass_s_first_repeat_once_per_question(tmp_path: Path):
     from tools.recount import recount
 

@@ -9,8 +9,9 @@ Every run folder under ``RESULTS`` (``summary.json`` beside ``predictions.jsonl`
 gives each question's calls exactly; ``scripts/recount.sh`` makes the Table 2 rows so: a batch-8 pass that fills the
 call cache, then a batch-1 pass that replays it (minutes), into a results root of their own, so that a
 200-question recount never stands in for the published runs. ``--latency RECORDS PASS`` adds a latency pass's
-timed questions (``tools.latency_pass``: exact per question, batch 1; the first repeat). The file is rewritten
-whole.
+timed questions (``tools.latency_pass``: exact per question, batch 1; the first repeat). A (variant, dataset) cell
+recounted here replaces that cell's lines in an existing file; the file's other cells are kept, so that the datasets
+can be recounted one at a time (``--fresh`` rewrites the file whole).
 """
 
 from __future__ import annotations
@@ -56,15 +57,27 @@ def latency_lines(records: Path, passes: Path) -> list[dict[str, Any]]:
     return out
 
 
+def kept_lines(path: Path, recounted: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The lines of an existing tokens file whose (variant, dataset) cell is not among ``recounted``'s."""
+    if not path.is_file():
+        return []
+    cells = {(x["variant"], x["dataset"]) for x in recounted}
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        old = [json.loads(x) for x in f if x.strip()]
+    return [x for x in old if (x["variant"], x["dataset"]) not in cells]
+
+
 def recount(
     results: Path | None,
     out: Path,
     variants: Sequence[str] | None = None,
     datasets: Sequence[str] | None = None,
     latency: Sequence[tuple[Path, Path]] = (),
+    fresh: bool = False,
 ) -> list[Path]:
     """Write one tokens file per (profile, generator) found in the run folders under ``results`` and the latency
-    passes' (records, pass) files; returns the files written."""
+    passes' (records, pass) files, keeping an existing file's other cells unless ``fresh``; returns the files
+    written."""
     by_block: dict[tuple[str, str], list[dict[str, Any]]] = {}
     found = [x for folder in (runs(results) if results else []) for x in lines_of(folder)]
     found += [x for records, passes in latency for x in latency_lines(records, passes)]
@@ -83,6 +96,7 @@ def recount(
     written = []
     for (profile, generator), lines in by_block.items():
         path = out / f"tokens-{profile}-{generator}.jsonl.gz"
+        lines = ([] if fresh else kept_lines(path, lines)) + lines
         with gzip.open(path, "wt", encoding="utf-8") as f:
             f.writelines(json.dumps(x) + "\n" for x in lines)
         written.append(path)
@@ -104,9 +118,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=Path("leaderboard/runs/scale"))
     ap.add_argument("--variants")
     ap.add_argument("--datasets")
+    ap.add_argument("--fresh", action="store_true", help="rewrite the file whole, keeping none of its cells")
     a = ap.parse_args(argv)
     split = lambda s: s.split(",") if s else None  # noqa: E731
-    for path in recount(a.results, a.out, split(a.variants), split(a.datasets), [tuple(x) for x in a.latency]):
+    for path in recount(a.results, a.out, split(a.variants), split(a.datasets), [tuple(x) for x in a.latency], a.fresh):
         print(path)
     return 0
 
