@@ -219,7 +219,7 @@ def section(results: str | Path, profile: str, generator: str, csv: Path) -> tup
 
 def legend(tokens: pd.DataFrame) -> str:
     n = tokens.groupby("dataset").id.nunique()
-    counts = ", ".join(f"{d} {k}" for d, k in n.items())
+    counts = ", ".join(f"{label(d)} {n[d]}" for d in datasets(tokens))
     return (
         f"Predicted, not measured: each row's batch-1 seconds and compute per question from the tokens its records "
         f"counted ({counts} questions, the shuffled sample), on one NVIDIA H200 (`leaderboard/data/devices/h200.json`"
