@@ -24,6 +24,7 @@ import re
 import string
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
+from functools import lru_cache
 from typing import NamedTuple
 
 _PUNCT = set(string.punctuation)
@@ -31,7 +32,10 @@ _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _SPECIAL = {"yes", "no", "noanswer"}
 
 
+@lru_cache(maxsize=1 << 18)
 def normalize(text: str) -> str:
+    """SQuAD's answer normalisation (lower case, no punctuation or articles, single spaces); memoised, since the
+    leaderboard scores the same golds and predictions again in every view."""
     text = text.lower()
     text = "".join(ch for ch in text if ch not in _PUNCT)
     text = _ARTICLES.sub(" ", text)
@@ -196,23 +200,31 @@ def _tail(option: str) -> list[str]:
 
 
 def options(question: str, golds: Sequence[str], kind: str | None = None) -> list[Option]:
+    """The options a comparison question offers (``_options``, memoised: every run of a dataset asks them of the
+    same questions)."""
+    return list(_options(question, tuple(golds), kind))
+
+
+@lru_cache(maxsize=1 << 16)
+def _options(question: str, golds: tuple[str, ...], kind: str | None = None) -> tuple[Option, ...]:
     """The options a comparison question offers; ``[]`` when it offers none that a gold answer is. ``kind`` is
     HotpotQA's ``type`` where the data keeps it: a ``bridge`` question offers none; otherwise the question is
     parsed around each ``or``, the last first (and, for a ``comparison``, around each ``and``: ``Between A and B,
-    which ...``). Yes/no questions (a gold of ``yes`` or ``no``) offer both, as true/false ones do."""
+    which ...``). Yes/no questions (a gold of ``yes`` or ``no``) offer both, as true/false ones do; ``()`` for
+    none."""
     if kind == "bridge":
-        return []
+        return ()
     for pair in _BINARY:
         if any(normalize(g) in pair for g in golds):
-            return [Option((w,), any(normalize(g) == w for g in golds)) for w in pair]
+            return tuple(Option((w,), any(normalize(g) == w for g in golds)) for w in pair)
     joins = [(at, False) for at in reversed(list(_OR.finditer(question)))]
     if kind == "comparison":
         joins += [(at, True) for at in _AND.finditer(question)]
     for at, cut in joins:
         named = _offered([o for o in _sides(question, at, cut) if normalize(o)], golds)
         if len(named) > 1 and any(o.gold for o in named):
-            return named
-    return []
+            return tuple(named)
+    return ()
 
 
 _INITIALS = re.compile(r"\b(\w) (?=\w\b)")
@@ -239,12 +251,18 @@ def _picks_first(between: list[str]) -> bool:
 
 
 def hedge(prediction: str, question: str, golds: Sequence[str], kind: str | None = None) -> bool:
+    """Memoised ``_hedge`` (the leaderboard asks it of every archived record in several views)."""
+    return _hedge(prediction, question, tuple(golds), kind)
+
+
+@lru_cache(maxsize=1 << 18)
+def _hedge(prediction: str, question: str, golds: tuple[str, ...], kind: str | None = None) -> bool:
     """Whether ``prediction`` names more than one of the question's ``options`` (SQuAD-normalised, whole words)
     without picking the gold one, so that SubEM credits it whichever option were gold. Naming two options
     answers only where the first one named is the gold one and the words up to the second make it the answer:
     ``A is older than B``, ``A ..., compared to B``, ``A, not B`` (``_picks_first``); ``A or B``,
     ``A ..., while B ...`` and ``yes ... no`` pick nothing. A question that offers no options never hedges."""
-    offered = options(question, golds, kind)
+    offered = _options(question, golds, kind)
     said = f" {_squash(prediction)} "
     named = sorted((m, o) for o in offered if (m := _first_mention(said, o.names)) is not None)
     if len(named) < 2:

@@ -14,6 +14,8 @@ os.environ.setdefault("RAG_HARNESS_LM_CACHE", "0")  # tests compute every call; 
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = Path(os.environ.get("RAG_HARNESS_DATA", REPO.parent / "shared" / "data"))
+pytest_plugins = ["tests.suite_clock"]
+
 LM = "embedded:smollm2-135m-instruct"
 ENCODER = "embedded:all-minilm-l6-v2"
 

@@ -1,0 +1,166 @@
+"""The suite's clock (a pytest plugin, loaded by ``conftest.py``): per test, its wall seconds and how many of them
+went on loading models (weights read by transformers, vLLM engines started, the model layer's shared builds), and
+how many child Python processes it started. At the end it prints the total, the load share and the slowest tests,
+and says so when the run is over its budget (``RAG_HARNESS_SUITE_BUDGET_S``, default 1200 s: the README's test
+command in at most 20 minutes), so that a stop that slows the suite is seen at that stop. The figures are also
+written as JSON to ``RAG_HARNESS_SUITE_CLOCK`` (default ``.pytest_cache/suite-clock.json``).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+BUDGET_S = float(os.environ.get("RAG_HARNESS_SUITE_BUDGET_S", "1200"))
+SLOWEST = 25
+
+
+class Clock:
+    """Load time per test: only the outermost of nested loads counts (an LM build that reads weights is one)."""
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.current = ""
+        self.load_s: Counter[str] = Counter()
+        self.loads: dict[str, Counter[str]] = {}
+        self.children: Counter[str] = Counter()
+        self.wall: dict[str, float] = {}
+        self.outcome: dict[str, str] = {}
+        self.started = time.perf_counter()
+        self.patched: set[str] = set()
+
+    def timed(self, kind: str, fn: Any) -> Any:
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if self.depth:
+                self.depth += 1
+                try:
+                    return fn(*args, **kwargs)
+                finally:
+                    self.depth -= 1
+            self.depth = 1
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.depth = 0
+                self.load_s[self.current] += time.perf_counter() - t0
+                self.loads.setdefault(self.current, Counter())[kind] += 1
+
+        return wrapper
+
+    def patch(self) -> None:
+        """Wrap the loaders present now (heavy libraries are patched once something imported them)."""
+        if "shared" not in self.patched:
+            from harness import resources
+
+            orig = resources.shared
+            resources.shared = lambda key, factory: orig(key, self.timed(f"shared:{key[0]}", factory))
+            self.patched.add("shared")
+        if "vllm" not in self.patched and "harness.lm.vllm_engine" in sys.modules:
+            cls = sys.modules["harness.lm.vllm_engine"].VLLMEngine
+            cls.__init__ = self.timed("vllm engine", cls.__init__)
+            self.patched.add("vllm")
+        if "hf" not in self.patched and "transformers" in sys.modules:
+            from transformers import PreTrainedModel
+
+            orig_fp = PreTrainedModel.from_pretrained.__func__
+            PreTrainedModel.from_pretrained = classmethod(self.timed("from_pretrained", orig_fp))
+            self.patched.add("hf")
+        if "popen" not in self.patched:
+            orig_init = subprocess.Popen.__init__
+
+            def init(popen: Any, args: Any, *a: Any, **k: Any) -> None:
+                argv = [args] if isinstance(args, str | os.PathLike) else list(args)
+                if argv and "python" in Path(str(argv[0])).name:
+                    self.children[self.current] += 1
+                orig_init(popen, args, *a, **k)
+
+            subprocess.Popen.__init__ = init
+            self.patched.add("popen")
+
+
+CLOCK = Clock()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    CLOCK.patch()
+    CLOCK.current = item.nodeid
+    t0 = time.perf_counter()
+    yield
+    CLOCK.wall[item.nodeid] = time.perf_counter() - t0
+    CLOCK.patch()
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.when == "call" or report.outcome != "passed":
+        CLOCK.outcome[report.nodeid] = report.outcome
+
+
+def summary() -> dict[str, Any]:
+    total = time.perf_counter() - CLOCK.started
+    loads = Counter()
+    for c in CLOCK.loads.values():
+        loads.update(c)
+    slowest = sorted(CLOCK.wall.items(), key=lambda kv: -kv[1])[:SLOWEST]
+    return {
+        "tests": len(CLOCK.wall),
+        "wall_s": round(total, 1),
+        "tests_s": round(sum(CLOCK.wall.values()), 1),
+        "load_s": round(sum(CLOCK.load_s.values()), 1),
+        "loads": dict(loads),
+        "child_pythons": sum(CLOCK.children.values()),
+        "budget_s": BUDGET_S,
+        "slowest": [
+            {
+                "test": k,
+                "s": round(v, 1),
+                "load_s": round(CLOCK.load_s.get(k, 0.0), 1),
+                "loads": sum(CLOCK.loads.get(k, {}).values()),
+                "children": CLOCK.children.get(k, 0),
+            }
+            for k, v in slowest
+        ],
+        "per_test": {
+            k: [round(v, 2), round(CLOCK.load_s.get(k, 0.0), 2), CLOCK.children.get(k, 0)]
+            for k, v in CLOCK.wall.items()
+        },
+    }
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if not CLOCK.wall:
+        return
+    s = summary()
+    out = Path(os.environ.get("RAG_HARNESS_SUITE_CLOCK", ".pytest_cache/suite-clock.json"))
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(s, indent=1))
+    except OSError:
+        pass
+    tr = terminalreporter
+    tr.section("suite clock")
+    share = 100 * s["load_s"] / max(s["tests_s"], 1e-9)
+    kinds = ", ".join(f"{k} {v}" for k, v in sorted(s["loads"].items(), key=lambda kv: -kv[1]))
+    tr.write_line(
+        f"{s['tests']} tests in {s['wall_s']:.0f} s; loading models {s['load_s']:.0f} s ({share:.0f}% of the tests' "
+        f"time; {kinds}); {s['child_pythons']} child Python processes"
+    )
+    tr.write_line(f"{'s':>7} {'load s':>7} {'loads':>5} {'child':>5}  slowest tests")
+    for row in s["slowest"]:
+        tr.write_line(f"{row['s']:7.1f} {row['load_s']:7.1f} {row['loads']:5d} {row['children']:5d}  {row['test']}")
+    if s["tests"] > 100 and s["wall_s"] > BUDGET_S:  # a whole-suite run, not a chosen few
+        tr.write_line(
+            f"SUITE OVER BUDGET: {s['wall_s']:.0f} s > {BUDGET_S:.0f} s (RAG_HARNESS_SUITE_BUDGET_S); "
+            "see docs/testing.md", red=True, bold=True
+        )
