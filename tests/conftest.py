@@ -83,6 +83,17 @@ def hotpot3():
     return load_slice("hotpotqa", 3)
 
 
+# Module fixtures that start a server, publish the whole archive or run a method end to end: a test that uses one
+# is in the slow tier (``-m "not slow"`` leaves it out; docs/testing.md), whatever its own seconds.
+SLOW_FIXTURES = {"server", "uninterrupted", "interrupted", "published", "source", "compselect"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
+
 def pytest_sessionfinish(session, exitstatus):
     """Stop every model-layer engine while the interpreter is whole: vLLM engines left to interpreter
     shutdown can abort the process (std::terminate in a background thread) after the tests have passed."""

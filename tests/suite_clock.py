@@ -162,5 +162,7 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     if s["tests"] > 100 and s["wall_s"] > BUDGET_S:  # a whole-suite run, not a chosen few
         tr.write_line(
             f"SUITE OVER BUDGET: {s['wall_s']:.0f} s > {BUDGET_S:.0f} s (RAG_HARNESS_SUITE_BUDGET_S); "
-            "see docs/testing.md", red=True, bold=True
+            "see docs/testing.md",
+            red=True,
+            bold=True,
         )

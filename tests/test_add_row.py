@@ -110,6 +110,7 @@ def check(out: Path, runs: Path, variant: str, dataset: str, printed: str) -> No
     assert re.search(rf"  vs full +3 questions  W/L/T {won}/{lost}/{3 - won - lost} ", printed), printed
 
 
+@pytest.mark.slow
 @pytest.mark.vllm
 def test_add_row_takes_an_in_repo_and_an_out_of_repo_method_to_a_published_row(
     tmp_path, runs, outside, monkeypatch, capsys

@@ -70,6 +70,7 @@ def _hydra_files(folder: Path) -> dict[str, object]:
     return files
 
 
+@pytest.mark.slow
 def test_api_and_cli_share_the_run_folder_and_resume_each_other(tmp_path):
     # the folder's sharing is the runner's, not the engine's: the transformers generator starts in seconds
     fast = ["generator=smollm2_transformers"]

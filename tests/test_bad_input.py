@@ -187,6 +187,7 @@ def test_out_of_range_setting_names_key_value_and_range(overrides, key, value):
     assert msg.startswith(f"{key}={value}: must be ") and "\n" not in msg
 
 
+@pytest.mark.slow
 def test_every_shipped_config_is_accepted():
     methods = sorted(p.stem for p in (REPO / "conf" / "method").glob("*.yaml"))
     generators = sorted(p.stem for p in (REPO / "conf" / "generator").glob("*.yaml"))

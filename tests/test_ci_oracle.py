@@ -57,6 +57,7 @@ def test_exact_duplicate_is_removed_before_scoring_and_others_keep_their_values(
     assert res_dup.full_loss == res_ref.full_loss
 
 
+@pytest.mark.slow
 def test_selection_keeps_exactly_the_positive_passages_in_retrieval_order(oracle, generator, nq5):
     exs = [small(e) for e in nq5[:3]]
     comps = oracle.compress_batch(exs)

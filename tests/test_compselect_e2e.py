@@ -63,6 +63,7 @@ def compselect(env):
     return m
 
 
+@pytest.mark.slow
 def test_compresses_two_real_examples(compselect, nq5):
     examples = list(nq5[:2])
     out = compselect.compress_batch(examples)
@@ -98,6 +99,7 @@ def test_compresses_two_real_examples(compselect, nq5):
     assert info["trained_through"] == "smollm2-135m-instruct-vllm-documents_first-unlabelled"  # its labels' generator
 
 
+@pytest.mark.slow
 def test_empty_truncation_runs_closed_book_through_the_runner(compselect, env, generator, nq5, monkeypatch):
     """A truncator that keeps no clue (K = 0, whatever the adapter in use says) leaves an empty context; the
     runner then prompts the generator exactly as Naive does."""
@@ -117,6 +119,7 @@ def test_empty_truncation_runs_closed_book_through_the_runner(compselect, env, g
     assert row["compressed_tokens"] == 0
 
 
+@pytest.mark.slow
 def test_extractor_calls_replay_from_the_call_cache_with_their_measured_time(
     env, generator, nq5, tmp_path, monkeypatch
 ):
@@ -149,6 +152,7 @@ def test_extractor_calls_replay_from_the_call_cache_with_their_measured_time(
     assert rows[0]["replayed"]["compress_calls"] == 1
 
 
+@pytest.mark.slow
 def test_truncator_probe_reports_predicted_against_label_k(tmp_path, generator):
     from research.compselect.truncator_probe import main
 
@@ -165,6 +169,7 @@ def test_truncator_probe_reports_predicted_against_label_k(tmp_path, generator):
     assert swept["1e-09"]["predicted_k"] == {0: 3} and swept["1.0"]["kept_something"] == 1.0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("output, folder", [("text", "truncator"), ("index", "truncator_index")])
 def test_thresholded_truncator_decision_keeps_more_as_the_threshold_rises(output, folder):
     """``truncator_decision`` on the committed truncators and real ranked clue lists: the probability of the
@@ -189,6 +194,7 @@ def test_thresholded_truncator_decision_keeps_more_as_the_threshold_rises(output
     assert all(d.k >= 1 for d in runs[1.0]) and all(d.k == 0 for d in runs[1e-9])
 
 
+@pytest.mark.slow
 def test_finefilter_truncator_outputs_an_index(env, nq5):
     """FineFilter's committed truncator (trained by the project's pipeline on K) answers with an integer, which
     is the number of ranked clues kept."""

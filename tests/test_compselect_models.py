@@ -50,6 +50,7 @@ def test_adapters_leave_the_generator_unchanged(generator, tmp_path):
     assert type(generator.model.model.layers[0].self_attn.q_proj) is torch.nn.Linear
 
 
+@pytest.mark.slow
 def test_lora_sft_lowers_the_loss_and_round_trips(generator, tmp_path):
     from harness.lm.lora import save_adapter, train_lora
     from methods.compselect.prompts import truncator_messages, truncator_target
@@ -91,6 +92,7 @@ def test_lora_sft_lowers_the_loss_and_round_trips(generator, tmp_path):
         assert torch.allclose(logits(loaded.model, ids), logits(model, ids), atol=2e-2)  # fp16 weights on disk
 
 
+@pytest.mark.slow
 def test_token_loss_norm_weighs_every_target_token_alike(generator):
     """With ``loss_norm=token`` a step's loss is the mean over its target tokens, so the one-token empty
     target no longer weighs as much as a whole kept prefix; ``example`` keeps the per-example mean."""
@@ -162,6 +164,7 @@ def test_reranker_training_lowers_the_loss(tmp_path):
     assert abs(float(direct[0] @ direct[1]) - s[1]) < 1e-2  # merged fp16 adapter == the trained model
 
 
+@pytest.mark.slow
 def test_paper_profile_path_on_tiny_random_models(tmp_path, generator):
     """Llama-3.2-3B and distilbert are hub checkpoints: the same code on tiny random models of their
     classes."""
@@ -232,6 +235,7 @@ def test_paper_profile_path_on_tiny_random_models(tmp_path, generator):
     assert len(scores) == 2 and report["steps"] == 1
 
 
+@pytest.mark.slow
 def test_extractor_targets_combine_answer_sentences_knn_and_question_order(nq5):
     """``train.extractor_targets`` on real examples with the real MiniLM: at epsilon 0 the target is exactly the
     shown answer-containing sentences ordered by similarity to the question; a larger epsilon adds exactly the
@@ -268,6 +272,7 @@ def test_extractor_targets_combine_answer_sentences_knn_and_question_order(nq5):
     assert with_answer >= 2 and added > 0  # the slice exercises the rule and the expansion
 
 
+@pytest.mark.slow
 def test_extractor_sft_on_a_real_slice_lowers_the_loss(generator, nq5):
     """The extractor stage's data path on real NQ questions (targets from ``extractor_targets``, examples built
     as ``train.py`` builds them, prompts cut at 512 tokens, the pipeline test's 256 doubled): a few LoRA steps lower
@@ -354,6 +359,7 @@ def tiny_case(tmp_path) -> dict:
     return runpy.run_path(str(script))
 
 
+@pytest.mark.slow
 def test_interrupted_training_resumes_to_the_uninterrupted_adapter(tmp_path):
     """``kill -9`` in the middle of LoRA SFT (after the step-4 checkpoint, during step 5), then the same call:
     it resumes at step 4 and ends with exactly the adapter, losses and selected step of an uninterrupted run."""

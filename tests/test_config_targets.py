@@ -68,6 +68,7 @@ def composed(profile: str, *overrides: str) -> dict[str, Any]:
     return OmegaConf.to_container(cfg, resolve=True)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("profile", PROFILES)
 def test_every_method_variant_resolves_to_importable_targets(profile):
     assert len(METHODS) > 20
@@ -114,6 +115,7 @@ def test_broken_targets_are_reported():
     ]
 
 
+@pytest.mark.slow
 def test_every_variant_targets_a_method_module():
     """A variant's ``_target_`` is a single-file method (``methods/<name>.py``) or a method package's runtime
     (``methods/<name>/method.py``), never a training or analysis module nor a package's ``__init__``."""

@@ -188,6 +188,7 @@ def test_committed_csm_keeps_exactly_the_positive_predictions(env, nq5, caplog):
     assert m.describe()["head"]["encoder"] == ENCODER
 
 
+@pytest.mark.slow
 def test_e2e_gate_is_exact_at_one_and_differentiable(generator, nq5):
     from harness.prompt import build_messages
     from methods.csm.train_e2e import SoftMaskLM, binary_concrete
@@ -216,6 +217,7 @@ def test_e2e_gate_is_exact_at_one_and_differentiable(generator, nq5):
     assert float(lm.sufficiency(e, near_zero)) != pytest.approx(ref, abs=1e-3)
 
 
+@pytest.mark.slow
 def test_eval_mode_reproduces_the_committed_heads_heldout_figures(tmp_path):
     """``mode=eval`` labels (here: reads a copy of the committed label cache, no generator pass) the held-back
     questions and scores an existing head on them: on its own training task it gives the manifest's figures. The

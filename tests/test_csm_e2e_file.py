@@ -60,6 +60,7 @@ def test_export_round_trips_and_its_digest_covers_the_lists(doc, tmp_path):
     assert back["train"][0]["ids"].dtype == torch.int32  # half the bytes of int64: the file travels
 
 
+@pytest.mark.slow
 def test_training_through_the_generator_keeps_the_best_epoch(doc, generator):
     head0, _ = e2e_file.train_from_doc(doc, generator.model, max_steps=0)
     head, report = e2e_file.train_from_doc(doc, generator.model)
@@ -85,6 +86,7 @@ def test_read_report_refuses_a_head_trained_on_other_lists(doc, tmp_path):
     assert e2e_file.read_report(tmp_path, doc)["export_digest"] == doc["digest"]
 
 
+@pytest.mark.slow
 def test_cli_export_train_import_on_a_slice(tmp_path, generator):
     """``e2e.export`` -> ``e2e_file`` (one step, CPU) -> ``e2e.import_from``: the installed head is the trained
     one and its manifest says where it was trained (two passages a list, no held-back labels: cheap here)."""

@@ -62,6 +62,7 @@ def test_the_default_file_is_named_after_the_cpu_and_the_engine():
     assert device_table.parse([]).out.name == f"cpu-{device_table.cpu_slug()}.json"
 
 
+@pytest.mark.slow
 @pytest.mark.vllm
 def test_the_tiny_table_runs_on_the_harness_vllm_engine(tmp_path):
     """The vLLM path (in a child process: the engine runs inside the process that starts it)."""

@@ -79,6 +79,7 @@ def test_prompt_is_the_papers_verbatim_with_numbered_documents():
     assert compress_prompt("q", ["d"], ["ex one"]).startswith("##Example 1##:\nex one\n##Instruction##:")
 
 
+@pytest.mark.slow
 def test_edc2_end_to_end_on_embedded_models(env, nq5):
     llm = LocalLLM("embedded:smollm2-135m-instruct", engine="vllm", dtype="float32", max_new_tokens=24)
     m = EDC2(llm, "embedded:all-minilm-l6-v2")

@@ -54,6 +54,7 @@ def scores(env, small):
 ALL = [Unit(0, 0), Unit(0, 1), Unit(0, 2), Unit(1, 0), Unit(1, 1)]
 
 
+@pytest.mark.slow
 def test_literal_prompt_is_exits_verbatim(env):
     ex = _bound(env, prompt="literal")
     head, tail = ex._encode("who won?", "Title\nSome text.", "Some text.")

@@ -254,6 +254,7 @@ def test_an_interrupted_cross_encoder_run_resumes_to_the_uninterrupted_classifie
     assert not ckpt.exists()  # a finished run removes its checkpoint
 
 
+@pytest.mark.slow
 def test_a_run_from_an_earlier_classifier_starts_at_its_validation_loss(tmp_path):
     """``init_from``: a second run starts from the first one's saved LoRA and head (its step-0 validation loss is
     the first run's selected one, up to the fp16 of the saved file) and, at lr 0, ends with its scores; a LoRA of

@@ -65,6 +65,7 @@ def gemma():
     return TransformersGenerator(GEMMA, "gemma3-270m", prompt="completion_k3", answer="first_line")
 
 
+@pytest.mark.slow
 @needs_gemma
 def test_the_resolved_weights_carry_the_checked_hash_and_a_bos(gemma):
     r = models.resolve(GEMMA)
@@ -74,6 +75,7 @@ def test_the_resolved_weights_carry_the_checked_hash_and_a_bos(gemma):
     assert "\n" in gemma.lm.decode(gemma.stop_ids()[1:2])  # the reply stops at its first line break
 
 
+@pytest.mark.slow
 @needs_gemma
 def test_the_reader_answers_real_nq_questions_from_their_gold_sentences(gemma):
     """One line each, no echo, and the answer the gold sentence gives where the 270M model finds it."""

@@ -1,14 +1,13 @@
 """The read-only recipe on the headline block itself: its Table 2 contexts, made again, exported with
 ``python -m leaderboard export-contexts`` and read back by the embedded generator from the file alone (no
-compressor bound, no call cache), give the published predictions back, example for example."""
+compressor bound, no call cache), give the published predictions back, example for example. Each step runs in this
+process as the command line would (``harness.api``, ``leaderboard``'s ``main``): the command line's own paths are
+tested in tests/test_run.py and tests/test_reuse.py."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
@@ -24,29 +23,32 @@ ROWS = "bm25,compselect"  # a retriever and the trained paper method (LoRA extra
 SAMPLE = ("dataset=nq", "dataset.sample=shuffled", "dataset.seed=0", "limit=8", "latency.samples=0")
 
 
-def _cli(*args: str) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=1200,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+def _harness(*overrides: str) -> None:
+    """``python -m harness -m method=ROWS <overrides>``, one method after the other in this process."""
+    from harness.api import evaluate
+
+    for method in ROWS.split(","):
+        evaluate(method, "nq", overrides=[*SAMPLE[1:], *overrides])
 
 
 def _records(path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
+@pytest.mark.slow
 def test_exported_headline_contexts_read_back_give_the_published_predictions(tmp_path):
     pytest.importorskip("vllm")
     made, again, file = tmp_path / "made", tmp_path / "again", tmp_path / "contexts.jsonl.gz"
+    from harness.lm import release
+    from leaderboard.__main__ import main as leaderboard
+
     off = ("lm.cache=false", "progress=false")
-    _cli("harness", "-m", f"method={ROWS}", *SAMPLE, *off, f"results_dir={made}")
-    _cli("leaderboard", "export-contexts", str(made), str(file), "--variants", ROWS, "--datasets", "nq")
-    _cli("harness", "-m", f"method={ROWS}", *SAMPLE, *off, f"contexts={file}", f"results_dir={again}")
+    try:
+        _harness(*off, f"results_dir={made}")
+    finally:  # CompSelect's merged adapters: an engine each, not needed by the tests after this one
+        release(lambda lm: lm.info["adapter"] is not None)
+    assert leaderboard(["export-contexts", str(made), str(file), "--variants", ROWS, "--datasets", "nq"]) == 0
+    _harness(*off, f"contexts={file}", f"results_dir={again}")
     for method in ROWS.split(","):
         run = again / "embedded" / HEADLINE / "nq" / method / FOLDER
         assert json.loads((run / "summary.json").read_text())["run"]["method_bound"] is False

@@ -12,6 +12,7 @@ from leaderboard import passes
 from tools.latency_pass import main
 
 
+@pytest.mark.slow
 @pytest.mark.vllm
 def test_latency_pass_times_variants_side_by_side_and_the_leaderboard_compares_them_within_it(tmp_path, capsys):
     out = tmp_path / "latency" / "latency-pass-test.jsonl"
@@ -43,6 +44,7 @@ def test_latency_pass_times_variants_side_by_side_and_the_leaderboard_compares_t
     assert df.loc["bm25", "online_vs_full_ratio"] == pytest.approx(bm25["online_vs_full_ratio"])
 
 
+@pytest.mark.slow
 def test_the_default_variants_are_every_published_variant_of_the_generator():
     """The generator's own block; for a generator with none published yet (a new prompt, before its snapshot is
     published), the newest block's variants, whichever block that is."""

@@ -99,6 +99,7 @@ def test_submitit_slurm_is_a_launcher_choice():
     assert cfg.hydra.launcher.partition == "cpu"
 
 
+@pytest.mark.slow
 def test_two_shards_merge_into_the_unsharded_runs_records_and_summary(tmp_path):
     from harness.api import evaluate
     from leaderboard.archive import archive_shards
@@ -147,6 +148,7 @@ def test_two_shards_merge_into_the_unsharded_runs_records_and_summary(tmp_path):
     assert not (partial / "summary.json").exists()
 
 
+@pytest.mark.slow
 def test_a_second_process_on_a_busy_run_folder_fails_at_once(tmp_path):
     # the first run must outlast the second's start-up (~5-10 s): 6 full-context answers one at a time (~15 s)
     args = ["method=full", *FAST, "limit=6", "batch_size=1", f"results_dir={tmp_path}"]
@@ -180,6 +182,7 @@ def test_a_second_process_on_a_busy_run_folder_fails_at_once(tmp_path):
         assert lock.read_text().startswith(f"pid {os.getpid()} ")
 
 
+@pytest.mark.slow
 def test_joblib_launcher_runs_the_grid_in_two_worker_processes(tmp_path):
     r = harness(
         "-m",
@@ -199,6 +202,7 @@ def test_joblib_launcher_runs_the_grid_in_two_worker_processes(tmp_path):
         assert s["timed_at"]["threads"] == {"1": 2}  # joblib gave each worker one of the two cores
 
 
+@pytest.mark.slow
 def test_ray_launcher_runs_the_grid_on_a_local_cluster(tmp_path):
     ray_init = "+hydra.launcher.ray.init."
     r = harness(
@@ -221,6 +225,7 @@ def test_ray_launcher_runs_the_grid_on_a_local_cluster(tmp_path):
         assert s["timed_at"]["threads"] == {"1": 2}  # Ray's one CPU per task
 
 
+@pytest.mark.slow
 def test_submitit_local_launcher_runs_a_job_in_its_own_process(tmp_path):
     r = harness("-m", "hydra/launcher=submitit_local", "method=naive", *FAST, "limit=2", f"results_dir={tmp_path}")
     assert r.returncode == 0, r.stderr[-3000:]

@@ -563,6 +563,7 @@ def test_publish_writes_every_output_from_hand_made_runs(tmp_path):
             assert f.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f.stat().st_size > 10_000
 
 
+@pytest.mark.slow
 def test_publish_on_real_runs_of_the_embedded_generator(tmp_path):
     """One real tiny run per method (nq, 3 examples) through the harness's run loop, then publish."""
     from hydra import compose, initialize_config_dir
@@ -722,6 +723,7 @@ def test_a_shuffled_sample_is_a_column_not_a_variant_and_the_newest_run_wins(tmp
     assert "(n = 8: each row's n below the table; sample: first, shuffled seed 0)" in md
 
 
+@pytest.mark.slow
 def test_compare_prints_wins_losses_ties_and_the_differing_questions_of_two_published_rows(capsys):
     """On the archived runs (real SmolLM2 predictions): the counts are the records' own, every differing question
     is printed with its golds, both answers, CRs and echo flags."""
@@ -849,6 +851,7 @@ def test_a_row_trained_through_another_generator_is_marked(tmp_path):
     assert "bm25‡" in (out / "index.html").read_text()
 
 
+@pytest.mark.slow
 def test_publish_opens_on_the_headline_block_with_older_blocks_under_archive(tmp_path):
     """The block of the newest run heads leaderboard.md and index.html (Table 2, SubEM-CR plot, latency);
     the older block follows under "Archive"; a variant identical to another is shown once, its alias named."""
@@ -1064,6 +1067,7 @@ def test_the_table2_rows_lead_the_table_in_the_papers_order():
     assert order.index("finefilter") == order.index("compselect") + 1
 
 
+@pytest.mark.slow
 def test_output_cut_short_by_its_reader_ends_quietly():
     """``python -m leaderboard collect ... | head``: no BrokenPipeError traceback when the reader has gone (here
     ``true``, which exits before the table is printed)."""
@@ -1076,6 +1080,7 @@ def test_output_cut_short_by_its_reader_ends_quietly():
     assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr
 
 
+@pytest.mark.slow
 def test_a_reader_block_that_read_anothers_contexts_never_takes_the_headline_by_default():
     """A second reader's block (its contexts read back from the headline's runs, ``reused_contexts`` = n) finished
     later stays beside the headline; the same block having made its own contexts would take it."""

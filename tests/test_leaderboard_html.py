@@ -29,6 +29,7 @@ def _column(page, header: str) -> list[str]:
     )
 
 
+@pytest.mark.slow
 def test_page_renders_offline_sorts_filters_and_links_provenance(browser, page_file, tmp_path):
     page = browser.new_page(viewport={"width": 1500, "height": 1000})
     requests = []

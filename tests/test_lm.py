@@ -36,6 +36,7 @@ def prompts(nq5):
     return [build_messages(e.question, [p.render() for p in e.passages[:2]]) for e in nq5]
 
 
+@pytest.mark.slow
 def test_engines_agree_on_greedy_tokens_and_log_likelihoods(vllm_lm, hf_lm, prompts, nq5):
     a = vllm_lm.generate(prompts, 12)
     b = hf_lm.generate(prompts, 12)
@@ -66,6 +67,7 @@ def test_prompt_logprobs_from_a_start_row_match_the_full_prompt(vllm_lm, hf_lm):
     assert both[1] == pytest.approx(hf_lm.prompt_logprobs([short])[0].value, abs=1e-4)
 
 
+@pytest.mark.slow
 def test_short_tails_scored_through_the_prefix_cache_equal_whole_prompt_scores(vllm_lm, prompts, nq5):
     """vLLM scores a short tail (an answer after its context) token by token so the prefix cache is read; the
     values equal those of scoring every prompt row, for a batch whose prompts share their system prompt."""
@@ -82,6 +84,7 @@ def test_short_tails_scored_through_the_prefix_cache_equal_whole_prompt_scores(v
         assert t == pytest.approx(w[st:], abs=2e-3)
 
 
+@pytest.mark.slow
 def test_transformers_shared_prefix_scoring_equals_the_padded_batch(hf_lm, nq5):
     """Leave-one-out prompts with answers (CI-value scoring) take the key/value-cache path; the values equal
     those of the padded batch, which prompts without shared prefixes take."""
@@ -105,6 +108,7 @@ def test_transformers_shared_prefix_scoring_equals_the_padded_batch(hf_lm, nq5):
         assert len(x) == len(y) > 1 and x == pytest.approx(y, abs=5e-4)
 
 
+@pytest.mark.slow
 def test_merged_adapter_gives_the_peft_adapters_greedy_tokens(hf_lm, prompts):
     """The merged weights folder (what vLLM serves) answers like PEFT's unmerged adapter."""
     import torch
@@ -171,6 +175,7 @@ def test_cache_survives_two_processes_writing_at_once(tmp_path):
     assert sorted(json.loads(v) for (v,) in rows) == [2 * i for i in range(200)]
 
 
+@pytest.mark.slow
 def test_a_replayed_call_carries_the_seconds_it_was_measured_at(tmp_path, hf_lm, prompts):
     from harness.lm import cache
 
@@ -231,6 +236,7 @@ def test_dtype_auto_picks_bf16_only_where_it_is_native(monkeypatch):
     assert hardware.pick_dtype("auto") == "bfloat16"
 
 
+@pytest.mark.slow
 def test_a_cpu_engine_runs_in_this_process_beside_modules_vllms_kernel_scan_cannot_read(vllm_lm, prompts):
     """On a CPU the engine is in-process (no engine process to spawn); llvmlite (numba's dependency, loaded by
     other libraries) breaks vLLM's module scan at worker start, so such modules are hidden while it starts; the

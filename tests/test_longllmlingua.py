@@ -95,6 +95,7 @@ def test_cache_shim_gives_the_same_losses_as_one_pass(bound):
     assert torch.allclose(head, whole[:5], atol=1e-4) and torch.allclose(tail, whole[6:], atol=1e-4)
 
 
+@pytest.mark.slow
 def test_rate_is_honoured_and_settings_recorded(bound, env, small):
     original = env.count_tokens("\n".join(p.render() for p in small.passages))
     sizes, kept_at = {}, {}
@@ -134,6 +135,7 @@ def test_a_single_passage_is_compressed_at_token_level(bound, small):
     assert 0 < len(" ".join(comp.documents)) < len(" ".join(split_sentences(one.passages[0].text)))
 
 
+@pytest.mark.slow
 def test_the_packages_condition_compare_error_falls_back_without_it_and_is_recorded(bound, small, monkeypatch):
     """llmlingua's condition-compare bookkeeping fails on rare inputs (seen on one HotpotQA question in bf16); the
     failure is injected here where the package raises it, the real model then compresses the example again without

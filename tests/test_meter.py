@@ -41,6 +41,7 @@ def test_groups_sum_per_model_and_op_and_share_a_batch():
     assert all("each" not in g for g in shared)
 
 
+@pytest.mark.slow
 def test_an_lm_call_counts_its_prompt_and_what_it_wrote_replayed_or_not(tmp_path, hf_lm, prompts):
     from harness.lm import cache
     from harness.lm.meter import groups, metered
@@ -81,6 +82,7 @@ def test_a_watched_encoder_counts_batch_rows_and_tokens_and_is_muted_inside_an_l
     assert all(past == 0 for _, _, past in g["each"]) and g["read"] == sum(b * t for b, t, _ in g["each"])
 
 
+@pytest.mark.slow
 def test_a_record_says_what_each_stage_read_and_wrote(generator, env, nq5):
     from omegaconf import OmegaConf
 

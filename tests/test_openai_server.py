@@ -190,6 +190,7 @@ def uninterrupted(server, tmp_path_factory):
 # -- (a) the same greedy answers as the in-process engine ----------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.vllm
 def test_served_answers_equal_the_in_process_vllm_engine(uninterrupted, tmp_path):
     """fp32 on both sides, same engine settings: every answer, prompt length and CR token count is the same. The
@@ -275,6 +276,7 @@ def interrupted(server, uninterrupted, tmp_path_factory):
     return results, first, left, second
 
 
+@pytest.mark.slow
 @pytest.mark.vllm
 def test_killed_server_fails_in_one_line_and_a_rerun_resumes_to_the_same_records(interrupted, uninterrupted, server):
     results, (rc, _, stderr), left, second = interrupted
@@ -352,6 +354,7 @@ def test_timeout_fails_at_once_in_one_line_naming_url_and_timeout(server, monkey
     assert time.monotonic() - t0 < 5  # not retried
 
 
+@pytest.mark.slow
 @pytest.mark.vllm
 def test_edc2_compresses_through_the_served_model(server, env, nq5, monkeypatch):
     from methods.edc2.llm import ServerLLM
@@ -370,6 +373,7 @@ def test_edc2_compresses_through_the_served_model(server, env, nq5, monkeypatch)
 # -- no server needed: what the generator refuses, retries, the concurrency limit ----------------------------------
 
 
+@pytest.mark.slow
 def test_a_method_needing_answer_nll_says_the_served_generator_cannot(tmp_path):
     r = subprocess.run(
         harness_cmd(

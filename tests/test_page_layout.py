@@ -45,6 +45,7 @@ def _overlaps(boxes: list[tuple[float, float, float, float]]) -> list[tuple[int,
     ]
 
 
+@pytest.mark.slow
 def test_index_html_is_one_offline_file_under_3_mb(published):
     page = (published / "index.html").read_text(encoding="utf-8")
     assert (published / "index.html").stat().st_size < MAX_BYTES
@@ -110,6 +111,7 @@ def test_table2_fits_a_1400_px_screen_without_scrolling(browser, published):
     page.close()
 
 
+@pytest.mark.slow
 def test_the_plot_labels_drawn_by_the_browser_never_overlap_and_every_point_names_itself(browser, published):
     page = _open(browser, published)
     page.click("#all-runs summary")  # nothing folded: the grid's filters hide no plot
@@ -143,6 +145,7 @@ def test_the_plot_labels_drawn_by_the_browser_never_overlap_and_every_point_name
     page.close()
 
 
+@pytest.mark.slow
 def test_the_contents_bar_links_every_section_and_each_link_lands_on_it(browser, published):
     page = _open(browser, published)
     links = page.eval_on_selector_all("#contents a", "as => as.map(a => [a.getAttribute('href'), a.textContent])")

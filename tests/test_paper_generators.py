@@ -104,6 +104,7 @@ def tiny_model(kind: str, folder: Path):
     return tok
 
 
+@pytest.mark.slow
 def test_paper_generators_sweep_on_tiny_random_models(tmp_path):
     """``-m generator=llama3_8b_vllm,qwen3_14b_vllm,llama33_70b_vllm`` under ``profile=paper``: one process, each
     config's own name, engine, dtype, decoding, prompt, answer rule and template kwargs, with the paper's prompt in
@@ -179,6 +180,7 @@ def switches_released_the_previous_reader(root: Path, models: Path) -> None:
         assert [x.split(" - ", 1)[-1] for x in switch] == [closed], switch
 
 
+@pytest.mark.slow
 def test_a_switch_keeps_the_model_only_for_a_reader_that_reads_differently():
     """``get_generator`` in one process (SmolLM2 on transformers, bf16: not the session fixture's LM): another prompt
     keeps the LM for the next generator; another batch size (the engine's setting) closes it and loads a new one,

@@ -46,6 +46,7 @@ def test_tau_b_by_hand():
     assert batch == pytest.approx([4 / 6, 0.8])
 
 
+@pytest.mark.slow
 def test_tau_b_is_scipys_on_the_real_rows(nq):
     kendalltau = pytest.importorskip("scipy.stats").kendalltau
     rows = [v for v in set(nq.rows.variant) if v != readers.ORACLE]
@@ -94,6 +95,7 @@ def _reversed_copy(runs: pd.DataFrame, tmp: Path) -> Path:
     return tmp / PAPER
 
 
+@pytest.mark.slow
 def test_pairing_is_by_id_not_position(runs, nq, tmp_path):
     moved = collect([RUNS / HEAD, _reversed_copy(runs, tmp_path)])
     c = readers.compare(moved[moved.variant.isin(table2_variants())], [HEAD, PAPER], PROFILE, "nq")
@@ -144,6 +146,7 @@ def test_one_block_per_other_model(runs):
     assert readers.reader_blocks(three, PROFILE, PAPER) == [PAPER, alone]
 
 
+@pytest.mark.slow
 def test_section_on_two_blocks(runs, tmp_path):
     csv = tmp_path / "readers.csv"
     md, body, written = readers.section(runs, [HEAD, PAPER], PROFILE, "full", csv)
@@ -170,6 +173,7 @@ def test_section_on_two_blocks(runs, tmp_path):
     assert f"Non-oracle rows significantly above `full`: {readers._join(per, 'none')} under reader 1;" in md
 
 
+@pytest.mark.slow
 def test_publish_fills_the_section_once_another_model_reads(tmp_path):
     """End to end through ``publish`` on two small blocks of the same answers: empty while both read with one
     model, filled (Markdown, HTML, CSV) once one block's summaries name another model."""
@@ -198,6 +202,7 @@ def test_publish_fills_the_section_once_another_model_reads(tmp_path):
     assert csv in files and len(pd.read_csv(csv)) == 2 * 4 * 2
 
 
+@pytest.mark.slow
 def test_a_readers_validation_note_stands_beside_its_block(runs, tmp_path, monkeypatch):
     """``leaderboard/data/readers.yaml`` is keyed by the generator names the configs give; a note is said in the
     section's legend beside its reader."""

@@ -71,6 +71,7 @@ def test_mean_pooling_dot_product_is_recomps_scorer():
     assert rank_desc(scores)[0] == 0
 
 
+@pytest.mark.slow
 def test_recomp_extr_keeps_the_two_best_sentences_in_order(env, nq5):
     method = build_method(method_cfg("recomp_extr", "embedded"))
     method.bind(env)
@@ -89,6 +90,7 @@ def test_recomp_input_format():
     assert recomp_input(ex) == "Question: who?\n Document: first text\nsecond text\n Summary: "
 
 
+@pytest.mark.slow
 def test_prompted_stand_in_is_batched_and_shares_the_generator(env, generator, nq5):
     from harness.lm import get_lm
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import yaml
 
 from harness.lm.hardware import cpu_label
@@ -78,6 +79,7 @@ def test_pooling_over_datasets_catches_a_drop_no_single_cell_shows():
     assert rep.pooled[0].name == "full (all datasets)" and rep.pooled[0].failed and rep.failed
 
 
+@pytest.mark.slow
 def test_real_small_grid_update_then_rerun_passes_and_a_better_baseline_fails(tmp_path, capsys):
     grid = {
         "methods": ["naive", "bm25"],

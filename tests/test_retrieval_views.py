@@ -66,6 +66,7 @@ def head_rows() -> pd.DataFrame:
     return runs[runs.variant.isin(keep)].reset_index(drop=True)
 
 
+@pytest.mark.slow
 def test_unreliable_splits_every_row_and_pairs_it_with_full(head_rows):
     t = retrieval.unreliable(head_rows, "embedded", HEAD.name, resamples=200)
     nq = t[t.dataset == "nq"].set_index(["variant", "subset"])
@@ -146,6 +147,7 @@ def test_publish_shows_both_views(tmp_path):
     assert csv in written and len(pd.read_csv(csv)) == 3 * 2  # three rows, two subsets each
 
 
+@pytest.mark.slow
 def test_a_row_without_a_cr_prints_a_dash_and_the_words_name_significant_losses():
     """The archived ``naive`` at k = 10 (HotpotQA): it keeps no token at either k, so its CR cells are '-' (never
     'nan'); the sentence names the rows significantly lower or higher at 10 (here none: naive reads no passage)."""

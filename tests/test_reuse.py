@@ -64,6 +64,7 @@ def _second_reader(root: Path, method: str, *extra: str) -> list[str]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_second_reader_reads_the_contexts_back_without_loading_the_compressor(source):
     first, second = _folder(source, "first", "recomp_extr"), _folder(source, "second", "recomp_extr")
     made = read_jsonl(first / "predictions.jsonl")
@@ -100,6 +101,7 @@ def test_second_reader_reads_the_contexts_back_without_loading_the_compressor(so
         assert "each" in r["tokens"]["compress"][0]  # batch 1: per call
 
 
+@pytest.mark.slow
 def test_exported_contexts_give_the_same_predictions_back_under_the_same_generator(source, tmp_path):
     gen = json.loads((_folder(source, "first", "bm25") / "summary.json").read_text())["generator"]
     out = export_contexts(source, tmp_path / "ctx.jsonl.gz", gen, list(METHODS), "first", ["nq"])
@@ -127,6 +129,7 @@ def test_exported_contexts_give_the_same_predictions_back_under_the_same_generat
         run(cfg, other / "four")
 
 
+@pytest.mark.slow
 def test_export_from_the_archive_fails_in_one_line():
     with pytest.raises(ExportError, match="no context key") as e:
         export_contexts(REPO / "leaderboard" / "runs", "/nonexistent/x.jsonl.gz")
@@ -167,6 +170,7 @@ def test_documents_split_back_exactly_or_are_kept():
     assert stored_of(record, {}).documents == tricky
 
 
+@pytest.mark.slow
 def test_a_rerun_under_the_same_generator_computes_its_contexts(source, tmp_path):
     cfg = compose_cfg("method=bm25", *SOURCE, f"results_dir={source}")
     summary = run(cfg, tmp_path / "again")
@@ -174,6 +178,7 @@ def test_a_rerun_under_the_same_generator_computes_its_contexts(source, tmp_path
     assert json.loads((tmp_path / "again" / "run.json").read_text())["contexts"]["key"]
 
 
+@pytest.mark.slow
 def test_a_method_that_reads_the_generator_is_computed_again_under_a_second_reader(source):
     """``bm25_sentences_rate0.25`` counts its token budget with the generator's tokenizer (``reads_generator``):
     no context key, so a second reader binds it and computes every context, though the first reader's are there."""

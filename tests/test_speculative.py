@@ -68,6 +68,7 @@ def test_the_setting_is_recorded_and_keys_the_call_cache_only_where_it_could_cha
         release(lambda lm: lm.info["engine"] == "transformers")
 
 
+@pytest.mark.slow
 @pytest.mark.vllm
 def test_the_shared_generator_answers_the_same_with_and_without(nq5):
     import numba
@@ -98,8 +99,10 @@ GENERATING = ["compselect", "finefilter", "recomp_abs", "refiner", "edc2"]
 @pytest.mark.vllm
 @pytest.mark.parametrize("method", GENERATING)
 def test_every_generating_stage_compresses_the_same_with_and_without(method, nq5):
-    """Each method once with speculation off and once on (fresh LMs each time, no call cache, one example at a
-    time: batch 1, where it speculates): the same documents and the same intermediate outputs."""
+    """Each method once with speculation off and once on (fresh LMs each time, no call cache, batch 1, where it
+    speculates): the same documents and the same intermediate outputs. One NQ question (two until issue 95): every
+    generating stage of the method still decodes on it with the proposer active, so a token that speculation
+    changes still fails the test."""
     cfg = compose_config(overrides=[f"method={method}"])
     generator, _ = get_generator(cfg.generator)
     outs = []
@@ -107,7 +110,7 @@ def test_every_generating_stage_compresses_the_same_with_and_without(method, nq5
         speculative.configure(setting)
         m = build_method(cfg.method)
         m.bind(MethodEnv(count_tokens=generator.count_tokens, generator=generator))
-        outs.append([m.compress_batch([e])[0] for e in nq5[:2]])
+        outs.append([m.compress_batch([e])[0] for e in nq5[:1]])
         release(lambda lm: lm.info.get("adapter") is not None or lm.ref != cfg.generator.model)
     speculative.configure(cfg.models.speculative)
     assert [c.documents for c in outs[0]] == [c.documents for c in outs[1]]

