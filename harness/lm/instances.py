@@ -9,6 +9,7 @@ derived weights first (``harness.lm.loading.merged_folder``).
 from __future__ import annotations
 
 import atexit
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -105,12 +106,32 @@ def _build(
     return LM(ref, eng, tok, info, context_length=context_length(path, max_model_len, trust_remote_code))
 
 
+@functools.cache
+def window(ref: str, max_model_len: int | None, trust_remote_code: bool = False) -> int | None:
+    """The context length an LM of ``ref`` built with ``max_model_len`` takes (``context_length``): part of its
+    key, so a caller that asks for a narrower engine gets one, and callers whose settings give the same window
+    (an explicit 8,192 and SmolLM2's own) share it."""
+    if max_model_len:
+        return int(max_model_len)
+    from harness.lm.models import resolve
+
+    try:
+        path = resolve(ref).path
+    except (OSError, ValueError):  # the build names what is wrong
+        return None
+    return _own_window(path, trust_remote_code)
+
+
 def context_length(path: str, max_model_len: int | None, trust_remote_code: bool = False) -> int | None:
     """The prompt + new tokens an engine on ``path`` takes: ``max_model_len`` if set (vLLM's setting), else the
     model config's ``max_position_embeddings`` (vLLM's default; transformers runs past it, but with positions
     the model never saw); None when neither is known."""
-    if max_model_len:
-        return int(max_model_len)
+    return int(max_model_len) if max_model_len else _own_window(path, trust_remote_code)
+
+
+@functools.cache
+def _own_window(path: str, trust_remote_code: bool) -> int | None:
+    """The model config's ``max_position_embeddings`` (None when unknown)."""
     from harness.lm.loading import model_config
 
     try:
@@ -162,8 +183,8 @@ def get_lm(
     lazy: bool = False,
     speculative: Speculation | dict[str, Any] | str | None = "default",
 ) -> LM:
-    """The process-wide ``LM`` of (weights, adapter, engine, dtype, speculation); built on first use. ``lazy``
-    (vLLM): the tokenizer now, the engine (~4-15 s to start on 2 cores) only when a call first misses the call
+    """The process-wide ``LM`` of (weights, adapter, engine, dtype, speculation, ``window``); built on first use.
+    ``lazy`` (vLLM): the tokenizer now, the engine (~4-15 s to start on 2 cores) only when a call first misses the call
     cache, so a re-run whose calls all replay never starts it (training re-runs; not for timed runs, whose load
     belongs before the first batch). ``speculative``: the run's setting (``"default"``, ``speculative.configure``),
     another one, or None (off); it is on only for the dtypes it names (``harness.lm.speculative``)."""
@@ -173,7 +194,7 @@ def get_lm(
     if device == "auto":
         device = "cuda" if hardware.has_cuda() else "cpu"
     spec = speculative_active(speculative, dtype)
-    key = ("lm", ref, adapter, engine, dtype, device, spec)
+    key = ("lm", ref, adapter, engine, dtype, device, spec, window(ref, max_model_len, trust_remote_code))
     lm = resources.shared(
         key,
         lambda: _build(
