@@ -2,15 +2,17 @@
 
 ``python -m leaderboard archive <results> [<results> ...] leaderboard/runs`` copies the newest run of every
 (profile, generator, dataset, variant) under the results roots into ``leaderboard/runs/<same relative path>``:
-``summary.json``, ``run.json``, the Hydra ``override_dirname`` (what names a variant) and the prediction records
-cut to what the leaderboard reads (id, question, answers, prediction, flags, scores, token counts, latencies,
-a hash of the context: no passage text) and the generator's raw reply (a run can be re-scored under another answer
-rule, ``harness.metrics.ANSWER_RULES``, without running it again). A run already archived under the same key is
-replaced only by a newer one, so runs of several sessions accumulate;
-``python -m leaderboard publish leaderboard/runs leaderboard/snapshot`` then rebuilds every table, plot and the
-page from the repository alone. ``archive --shards <results> leaderboard/pending/shards`` keeps the finished
-shards of runs not merged yet the same way (``archive_shards``), so a cell too long for one session goes on
-elsewhere. Nothing here loads a model.
+``summary.json``, ``run.json``, ``latency.jsonl``, the Hydra ``override_dirname`` (what names a variant) and the
+prediction records cut to what the leaderboard reads (id, question, answers, prediction, flags, scores, token
+counts, latencies and their stages, the kept units, a hash of the context) and the generator's raw reply (a run can
+be re-scored under another answer rule, ``harness.metrics.ANSWER_RULES``, without running it again). The context
+texts go once each into ``<dest>/contexts/<dataset>.jsonl.gz`` (``leaderboard.context_store``), found by that hash:
+a clone exports them with ``export-contexts`` and any generator reads them back without running the compressor. A
+run already archived under the same key is replaced only by a newer one, so runs of several sessions accumulate;
+``python -m leaderboard publish leaderboard/runs leaderboard/snapshot`` then rebuilds every table, plot and the page
+from the repository alone. ``archive --shards <results> leaderboard/pending/shards`` keeps the finished shards of
+runs not merged yet the same way (``archive_shards``), so a cell too long for one session goes on elsewhere. Nothing
+here loads a model.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from pathlib import Path
 import pandas as pd
 
 from harness.records import LATENCY, SHARD_SUMMARY, SHARDS, read_jsonl, slim_record
+from leaderboard import context_store
 from leaderboard.collect import KEY, PREDICTIONS, RUN, SUMMARY, collect, read_records
 
 KEEP = (
@@ -44,6 +47,9 @@ KEEP = (
     "generate_s",
     "batch",
     "threads",
+    "units",
+    "stages",
+    "tokens",
 )
 
 
@@ -52,23 +58,30 @@ SUMMARY_META = ("diagnostics", "truncated")  # the record's ``meta`` that ``harn
 
 def _clear(folder: Path) -> None:
     """Remove an archived run's files only: a run without overrides lives in the folder its variants nest in."""
-    for name in (SUMMARY, RUN, PREDICTIONS, ".hydra/hydra.yaml"):
+    for name in (SUMMARY, RUN, PREDICTIONS, LATENCY, ".hydra/hydra.yaml"):
         (folder / name).unlink(missing_ok=True)
 
 
-def _write_run(row: pd.Series, dest: Path) -> None:
+def _write_run(row: pd.Series, dest: Path) -> list[dict]:
+    """The run of ``row`` slimmed into ``dest``; returns its records as read (with their context texts)."""
     src = Path(row.folder)
     _clear(dest)
     (dest / ".hydra").mkdir(parents=True, exist_ok=True)
     shutil.copy2(src / SUMMARY, dest / SUMMARY)
     if (src / RUN).is_file():
         shutil.copy2(src / RUN, dest / RUN)
+    if (src / LATENCY).is_file():  # the batch-1 sample's own compress_s and stages, which a reader of the
+        # archived contexts records as theirs (``harness.reuse``); no context text in it
+        rows = [{k: v for k, v in r.items() if k != "context"} for r in read_jsonl(src / LATENCY)]
+        (dest / LATENCY).write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), "utf-8")
     od = row.overrides or ""
     (dest / ".hydra" / "hydra.yaml").write_text(f"hydra:\n  job:\n    override_dirname: {json.dumps(od)}\n")
     n = None if pd.isna(row.n) else int(row.n)
     # the records the summary was computed from, as written (not through pandas, which turns a column with
     # gaps into floats and fills the gaps with NaN)
-    _write_records(read_records(src, n), dest / PREDICTIONS)
+    records = read_records(src, n)
+    _write_records(records, dest / PREDICTIONS)
+    return records
 
 
 def _write_records(records: Iterable[dict], path: Path) -> None:
@@ -99,7 +112,7 @@ def archive(results: str | Path | Iterable[str | Path], dest: str | Path) -> lis
                 continue
             _clear(Path(folder))  # the superseded run of this key, wherever it was archived
         target = dest / row.relpath
-        _write_run(row, target)
+        context_store.add(dest, row.dataset, _write_run(row, target))
         written.append(target)
     return written
 

@@ -7,9 +7,10 @@ Line 1 is ``{"manifest": {...}}``: the commit that exports, the block (profile, 
 documents as the generator was given them, the kept units, the measured ``compress_s`` and ``stages`` (batched) and,
 for the batch-1 latency sample, ``latency`` (its ``compress_s``, ``stages``, ``threads``).
 
-The contexts come from the full run folders (``predictions.jsonl`` keeps each context's text; the archive in
-``leaderboard/runs`` keeps only its hash) made since run folders hold a context key (``run.json`` ``contexts``).
-A row whose folder lacks them fails in one line naming it. Nothing here loads a model.
+The contexts come from the full run folders (``predictions.jsonl`` keeps each context's text) or from an archive
+(``leaderboard/runs``: its records keep each context's hash, its store the texts, ``leaderboard.context_store``),
+of runs made since run folders hold a context key (``run.json`` ``contexts``). A row whose folder lacks them fails
+in one line naming it. Nothing here loads a model.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import pandas as pd
 from harness.provenance import git_commit
 from harness.records import LATENCY, PREDICTIONS, RUN, read_jsonl
 from harness.reuse import split_documents
+from leaderboard import context_store
 from leaderboard.collect import collect, read_records
 from leaderboard.headline import pick_headline
 from leaderboard.reference import method_map
@@ -52,9 +54,32 @@ def _rows(
     return g
 
 
-def _row_contexts(row: Any, limit: int | None = None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def _with_texts(records: list[dict[str, Any]], folder: Path, archive: Path, dataset: str) -> list[dict[str, Any]]:
+    """``records`` with their context texts: their own, or an archived run's from the archive's store
+    (``leaderboard.context_store``); ``ExportError`` when neither holds them."""
+    if all("context" in r for r in records):
+        return records
+    store = context_store.held(archive, dataset)
+    lost = [r["id"] for r in records if "context" not in r and r.get("context_sha1") not in store]
+    if lost:
+        raise ExportError(
+            f"{folder / PREDICTIONS}: {len(lost)} of {len(records)} records keep no context text and "
+            f"{context_store.store_file(archive, dataset)} does not hold them (first: {lost[0]}): export from the "
+            "results folder of the run that made them, or archive it again"
+        )
+    out = []
+    for r in records:
+        if "context" in r:
+            out.append(r)
+            continue
+        line = store[r["context_sha1"]]
+        out.append({**r, "context": line["context"], "documents": context_store.documents_of(line)})
+    return out
+
+
+def _row_contexts(row: Any, archive: Path, limit: int | None = None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """One run's manifest entry and its context lines (its first ``limit`` examples, default all it scored);
-    ``ExportError`` when its folder keeps no contexts."""
+    ``ExportError`` when neither its folder nor the store of ``archive`` (the results root) keeps its contexts."""
     folder = Path(row.folder)
     run = json.loads((folder / RUN).read_text()) if (folder / RUN).is_file() else {}
     contexts = run.get("contexts") or {}
@@ -63,11 +88,7 @@ def _row_contexts(row: Any, limit: int | None = None) -> tuple[dict[str, Any], l
         raise ExportError(f"{folder / RUN}: no context key ({row.variant} {why}); re-run it into this results root")
     n = None if pd.isna(row.n) else int(row.n)
     records = read_records(folder, n if limit is None else min(limit, n if n is not None else limit))
-    if any("context" not in r for r in records):
-        raise ExportError(
-            f"{folder / PREDICTIONS}: records keep no context text (an archived run): export from the "
-            "results folder of the run that made them"
-        )
+    records = _with_texts(records, folder, archive, row.dataset)
     timed = {r["id"]: r for r in read_jsonl(folder / LATENCY)}
     lines = []
     for r in records:
@@ -123,7 +144,7 @@ def export_contexts(
     g = _rows(runs, chosen, list(variants or table2_variants()), sample, datasets)
     entries, lines = [], []
     for row in g.itertuples():
-        entry, rows = _row_contexts(row, limit)
+        entry, rows = _row_contexts(row, Path(results), limit)
         entries.append(entry)
         lines += rows
     manifest = {

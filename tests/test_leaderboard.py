@@ -495,6 +495,51 @@ def test_throughput_sum_adds_each_variants_mean_over_datasets_and_names_the_ones
     assert cost == pytest.approx(1.5 + 0.5) and summed == 2 and missing == ["edc2"]
 
 
+def _with_contexts(folder: Path, texts: list[str]) -> None:
+    """Give a ``write_run`` folder rendered contexts (one per record, in order) and a context key."""
+    f = folder / "predictions.jsonl"
+    recs = [json.loads(x) for x in f.read_text().splitlines()]
+    rows = [{**r, "context": t, "units": [[0, i]]} for i, (r, t) in enumerate(zip(recs, texts, strict=True))]
+    f.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    run = json.loads((folder / "run.json").read_text())
+    (folder / "run.json").write_text(json.dumps({**run, "contexts": {"key": f"ck-{folder.name}"}}))
+
+
+def test_the_archive_keeps_each_context_text_once_and_a_clone_exports_them(tmp_path):
+    from leaderboard import context_store
+    from leaderboard.contexts import ExportError, export_contexts
+
+    answers = [("Paris", ["Paris"])] * 4
+    full = write_run(tmp_path / "res", "full", "nq", answers)
+    bm25 = write_run(tmp_path / "res", "bm25", "nq", answers)
+    texts = [f"Doc1: T{i}\nabout {i}\nDoc2: U\nmore" for i in range(4)]
+    _with_contexts(full, texts)
+    _with_contexts(bm25, [texts[0], texts[1], "Doc1: T9\nkept", ""])  # two shared with full, one empty
+    archive(tmp_path / "res", tmp_path / "runs")
+    store = context_store.held(tmp_path / "runs", "nq")
+    assert sorted(x["context"] for x in store.values()) == sorted({*texts, "Doc1: T9\nkept", ""})  # once each
+    path = context_store.store_file(tmp_path / "runs", "nq")
+    size = path.stat().st_size
+    assert context_store.add(tmp_path / "runs", "nq", read_records(full)) == 0 and path.stat().st_size == size
+    assert (tmp_path / "runs" / "embedded" / "gen-a" / "nq" / "bm25" / "latency.jsonl").is_file()
+    # the archive's records hold hashes only; an export from it gives the run folders' own contexts back
+    kw = {"variants": ["full", "bm25"], "sample": "first", "datasets": ["nq"]}
+    made = export_contexts(tmp_path / "res", tmp_path / "made.jsonl.gz", **kw)
+    clone = export_contexts(tmp_path / "runs", tmp_path / "clone.jsonl.gz", **kw)
+    from harness.reuse import read_contexts_file
+
+    (m1, lines1), (m2, lines2) = read_contexts_file(made), read_contexts_file(clone)
+    assert lines1 == lines2 and [x["documents"] for x in lines2[:2]] == [
+        [f"T{i}\nabout {i}", "U\nmore"] for i in (0, 1)
+    ]
+    assert m1["rows"] == m2["rows"]
+    # a store that lost a text: one line naming the records' file and the store
+    path.unlink()
+    with pytest.raises(ExportError, match=r"records keep no context text and .*contexts/nq.jsonl.gz") as e:
+        export_contexts(tmp_path / "runs", tmp_path / "x.jsonl.gz", **kw)
+    assert "\n" not in str(e.value)
+
+
 def test_a_resumed_run_counts_a_batch_size_once_through_the_archive(tmp_path):
     """Records made before batch and threads were kept leave gaps, so pandas reads those columns as floats; the
     archive writes them back whole, and a summary that counted ``1.0`` apart from ``1`` still reads as one."""

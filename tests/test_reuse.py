@@ -105,6 +105,14 @@ def test_second_reader_reads_the_contexts_back_without_loading_the_compressor(so
 def test_exported_contexts_give_the_same_predictions_back_under_the_same_generator(source, tmp_path):
     gen = json.loads((_folder(source, "first", "bm25") / "summary.json").read_text())["generator"]
     out = export_contexts(source, tmp_path / "ctx.jsonl.gz", gen, list(METHODS), "first", ["nq"])
+    # archived (records slimmed to hashes, texts in the archive's store), the same contexts come out of a clone;
+    # only ``meta`` is the archive's cut of it (leaderboard.archive.SUMMARY_META)
+    from leaderboard.archive import archive
+
+    archive(source, tmp_path / "archive")
+    clone = export_contexts(tmp_path / "archive", tmp_path / "clone.jsonl.gz", gen, list(METHODS), "first", ["nq"])
+    drop = lambda lines: [{k: v for k, v in x.items() if k != "meta"} for x in lines]  # noqa: E731
+    assert drop(read_contexts_file(clone)[1]) == drop(read_contexts_file(out)[1])
     other = tmp_path / "results"
     for m in METHODS:
         cfg = compose_cfg(f"method={m}", *SOURCE, f"contexts={out}", f"results_dir={other}", "reuse=false")
