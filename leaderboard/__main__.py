@@ -1,5 +1,6 @@
 """``python -m leaderboard publish <results> <out>`` | ``archive <results>... <dest>`` | ``collect <results>`` |
-``compare <results> A B --dataset D`` | ``export-contexts <results> <out.jsonl.gz>``. (``add VARIANT`` only names
+``compare <results> A B --dataset D`` | ``export-contexts <results> <out.jsonl.gz>`` |
+``backfill-contexts <results> <archive>``. (``add VARIANT`` only names
 ``python -m tools.add_row VARIANT``: publishing a new row runs models, and the leaderboard never does.)"""
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ COLLECTED = ("profile", "generator", "dataset", "variant", "n", "subem", "em", "
 
 
 def parser() -> argparse.ArgumentParser:
-    """The subcommands: publish, archive, collect, compare, export-contexts; add only names the tool that adds a row."""
+    """The subcommands: publish, archive, collect, compare, export-contexts, backfill-contexts; add only names the
+    tool that adds a row."""
     ap = argparse.ArgumentParser(prog="python -m leaderboard", description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("publish", help="write Markdown, CSV, LaTeX, plots and index.html")
@@ -56,13 +58,16 @@ def parser() -> argparse.ArgumentParser:
     a = sub.add_parser("add", help="not here: prints the command that runs, times and publishes a new row")
     a.add_argument("args", nargs=argparse.REMAINDER, help="VARIANT [options] [overrides], as tools.add_row takes them")
     x = sub.add_parser("export-contexts", help="a block's Table 2 contexts as JSONL.gz, for any generator to read")
-    x.add_argument("results", help="results root holding the runs' full records (not leaderboard/runs)")
+    x.add_argument("results", help="results root, or the archive (leaderboard/runs: the texts from its store)")
     x.add_argument("out", help="output file (.jsonl.gz)")
     x.add_argument("--block", help="GENERATOR or PROFILE/GENERATOR (default: as publish's --headline)")
     x.add_argument("--variants", help="comma-separated variants (default: the 13 Table 2 rows)")
     x.add_argument("--sample", default="shuffled seed 0", help="the runs' sample (default 'shuffled seed 0')")
     x.add_argument("--datasets", default="nq,triviaqa,hotpotqa", help="comma-separated (default: the three)")
     x.add_argument("--limit", type=int, help="each row's first N examples (default: all the run scored)")
+    b = sub.add_parser("backfill-contexts", help="archived runs' context texts from runs made again (same hashes)")
+    b.add_argument("results", help="results root of the remade runs")
+    b.add_argument("archive", help="the archive (leaderboard/runs)")
     return ap
 
 
@@ -92,6 +97,10 @@ def main(argv: list[str] | None = None) -> int:
         except ExportError as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
+    elif a.cmd == "backfill-contexts":
+        from leaderboard.backfill import backfill
+
+        lines = [b.line() for b in backfill(a.results, a.archive)] or [f"{a.results}: no run of an archived key"]
     elif a.cmd == "publish":
         from leaderboard.publish import publish
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -538,6 +539,47 @@ def test_the_archive_keeps_each_context_text_once_and_a_clone_exports_them(tmp_p
     with pytest.raises(ExportError, match=r"records keep no context text and .*contexts/nq.jsonl.gz") as e:
         export_contexts(tmp_path / "runs", tmp_path / "x.jsonl.gz", **kw)
     assert "\n" not in str(e.value)
+
+
+def test_backfill_gives_archived_runs_the_texts_of_runs_remade_with_the_same_hashes(tmp_path):
+    """Runs archived before run folders held a context key (the headline block's) get their texts and a key from
+    remade runs whose contexts hash alike; a remade run that differs anywhere backs nothing."""
+    from leaderboard import context_store
+    from leaderboard.__main__ import main
+    from leaderboard.contexts import ExportError, export_contexts
+
+    answers = [("Paris", ["Paris"])] * 4
+    texts = [f"Doc1: T{i}\nabout {i}" for i in range(4)]
+    for method in ("bm25", "full"):  # archived as the old archive did: hashes only, no context key
+        folder = write_run(tmp_path / "old", method, "nq", answers)
+        _with_contexts(folder, texts)
+        run = json.loads((folder / "run.json").read_text())
+        (folder / "run.json").write_text(json.dumps({k: v for k, v in run.items() if k != "contexts"}))
+    archive(tmp_path / "old", tmp_path / "runs")
+    shutil.rmtree(tmp_path / "runs" / "contexts")
+    kept = tmp_path / "runs" / "embedded" / "gen-a" / "nq"
+    before = {p: p.read_bytes() for p in kept.rglob("*") if p.is_file() and p.name != "run.json"}
+    # remade on the first 3 questions: bm25 alike, full with its third context changed
+    new = [("Paris", ["Paris"])] * 3
+    _with_contexts(write_run(tmp_path / "new", "bm25", "nq", new, commit="remade"), texts[:3])
+    _with_contexts(write_run(tmp_path / "new", "full", "nq", new, commit="remade"), [*texts[:2], "Doc1: other"])
+    assert main(["backfill-contexts", str(tmp_path / "new"), str(tmp_path / "runs")]) == 0
+    bm25 = json.loads((kept / "bm25" / "run.json").read_text())
+    assert bm25["contexts"]["key"] == "ck-bm25" and bm25["contexts"]["backfilled"] == {
+        "commit": "remade",
+        "questions": 3,
+        "same_predictions": 3,
+    }
+    assert "contexts" not in json.loads((kept / "full" / "run.json").read_text())  # differs on nq-2: not backed
+    assert {x["context"] for x in context_store.held(tmp_path / "runs", "nq").values()} == set(texts[:3])
+    assert before == {p: p.read_bytes() for p in kept.rglob("*") if p.is_file() and p.name != "run.json"}
+    kw = {"variants": ["bm25"], "sample": "first", "datasets": ["nq"]}
+    out = export_contexts(tmp_path / "runs", tmp_path / "c.jsonl.gz", limit=3, **kw)
+    from harness.reuse import read_contexts_file
+
+    assert [x["documents"] for x in read_contexts_file(out)[1]] == [[f"T{i}\nabout {i}"] for i in range(3)]
+    with pytest.raises(ExportError, match="1 of 4 records keep no context text"):  # the 4th was never remade
+        export_contexts(tmp_path / "runs", tmp_path / "d.jsonl.gz", **kw)
 
 
 def test_a_resumed_run_counts_a_batch_size_once_through_the_archive(tmp_path):
