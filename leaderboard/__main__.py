@@ -46,6 +46,7 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="archive the finished shards of runs not merged yet instead (into leaderboard/pending/shards)",
     )
+    r.add_argument("--generators", help="comma-separated: only the runs of these generator blocks")
     c = sub.add_parser("collect", help="print the collected table")
     c.add_argument("results")
     k = sub.add_parser("compare", help="two variants question by question: wins, losses, ties and the differences")
@@ -108,7 +109,10 @@ def main(argv: list[str] | None = None) -> int:
     elif a.cmd == "archive":
         from leaderboard.archive import archive, archive_shards
 
-        lines = map(str, (archive_shards if a.shards else archive)(a.results, a.dest))
+        if a.shards:
+            lines = map(str, archive_shards(a.results, a.dest))
+        else:
+            lines = map(str, archive(a.results, a.dest, a.generators.split(",") if a.generators else None))
     else:
         from leaderboard.collect import collect
 

@@ -96,11 +96,17 @@ def _write_records(records: Iterable[dict], path: Path) -> None:
             f.write(json.dumps(slim, ensure_ascii=False) + "\n")
 
 
-def archive(results: str | Path | Iterable[str | Path], dest: str | Path) -> list[Path]:
+def archive(
+    results: str | Path | Iterable[str | Path], dest: str | Path, generators: Iterable[str] | None = None
+) -> list[Path]:
     """Copy the newest run of each key under ``results`` into ``dest`` (see the module docstring); returns the
-    folders written. A key already in ``dest`` with a run at least as new is left as it is."""
+    folders written. A key already in ``dest`` with a run at least as new is left as it is. ``generators``: only
+    the runs of these generator blocks (a results root that also holds remade runs of an archived block, which
+    would replace its larger runs)."""
     dest = Path(dest)
     incoming = collect(results)
+    if generators is not None and not incoming.empty:
+        incoming = incoming[incoming.generator.isin(list(generators))]
     have = collect(dest) if dest.is_dir() else pd.DataFrame()
     archived = {tuple(r[k] for k in KEY): (r.finished, r.folder) for _, r in have.iterrows() if "folder" in r}
     written = []

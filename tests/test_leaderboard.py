@@ -516,6 +516,7 @@ def test_the_archive_keeps_each_context_text_once_and_a_clone_exports_them(tmp_p
     texts = [f"Doc1: T{i}\nabout {i}\nDoc2: U\nmore" for i in range(4)]
     _with_contexts(full, texts)
     _with_contexts(bm25, [texts[0], texts[1], "Doc1: T9\nkept", ""])  # two shared with full, one empty
+    assert archive(tmp_path / "res", tmp_path / "runs", generators=["gen-b"]) == []  # only these blocks' runs
     archive(tmp_path / "res", tmp_path / "runs")
     store = context_store.held(tmp_path / "runs", "nq")
     assert sorted(x["context"] for x in store.values()) == sorted({*texts, "Doc1: T9\nkept", ""})  # once each

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Readers at size (issue 93): the Qwen2.5-Coder readers read the headline block's own contexts; no compressor runs
+# for them. One results root (RESULTS, default results-readers) holds every step, so each read finds the remade
+# contexts there by their context key (harness/reuse.py). Every step resumes where it stopped (re-run it).
+#
+#   scripts/readers.sh remake      # the 13 Table 2 rows + top1 under the headline generator (SmolLM2), shuffled 200
+#   scripts/readers.sh backfill    # their texts and context keys into leaderboard/runs (backfill-contexts)
+#   scripts/readers.sh read05b     # Qwen2.5-Coder-0.5B-Instruct reads every remade context
+#   scripts/readers.sh read15b     # the 1.5B (bash scripts/install.sh --qwen15b): the issue's minimum rows first,
+#                                  # NQ 200, TriviaQA and HotpotQA 100; LIMIT=200 for the shuffled 200 of each
+#
+# DRY_RUN=1 prints each command instead of running it. Then archive the Qwen blocks only (the remade SmolLM2 runs
+# are newer than the archived full-n headline runs and would replace them with 200-question ones):
+#   python -m leaderboard archive RESULTS leaderboard/runs --generators <the Qwen blocks' names>
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+TABLE2=naive,full,top1,bm25,bge_reranker,recomp_extr,recomp_abs,longllmlingua,selective_context,exit,refiner,compselect,finefilter,oracle_sentences
+MINIMUM=naive,full,top1,bm25,bge_reranker,recomp_extr,refiner,compselect,finefilter,exit,oracle_sentences
+RESULTS=${RESULTS:-results-readers}
+PY=${PYTHON:-.venv/bin/python}
+sample=(dataset.sample=shuffled dataset.seed=0 latency.samples=0 "results_dir=$RESULTS")
+
+run() {
+  if [ -n "${DRY_RUN:-}" ]; then echo "$*"; else "$@"; fi
+}
+
+case "${1:-}" in
+  remake) run "$PY" -m harness -m "method=$TABLE2" dataset=nq,triviaqa,hotpotqa limit=200 "${sample[@]}" ;;
+  backfill) run "$PY" -m leaderboard backfill-contexts "$RESULTS" leaderboard/runs ;;
+  read05b)
+    run "$PY" -m harness -m generator=qwen25_05b_vllm "method=$TABLE2" dataset=nq,triviaqa,hotpotqa limit=200 \
+      "${sample[@]}"
+    ;;
+  read15b)
+    run "$PY" -m harness -m generator=qwen25_15b_vllm "method=$MINIMUM" dataset=nq "limit=${LIMIT:-200}" "${sample[@]}"
+    run "$PY" -m harness -m generator=qwen25_15b_vllm "method=$MINIMUM" dataset=triviaqa,hotpotqa \
+      "limit=${LIMIT:-100}" "${sample[@]}"
+    ;;
+  *) echo "usage: $0 remake|backfill|read05b|read15b" >&2; exit 2 ;;
+esac
