@@ -5,8 +5,8 @@ under ``RUNS`` (one profile and generator block: where several hold both, the bl
 ``publish`` heads the page, unless ``--generator`` picks another), pairs
 their records on the example ids they share, and prints the wins, losses and ties of A against B on SubEM with
 the paired bootstrap difference, then every question where their SubEM differs: the question, the gold answers,
-both answers with their CR, echo and hedge flags, and each kept context where the run folder holds it (archived runs
-keep only its hash). Nothing here loads a model.
+both answers with their CR, echo and hedge flags, and each kept context where the run folder holds it (or, for an
+archived run keeping only its hash, the archive's store: ``leaderboard.context_store``). Nothing here loads a model.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import pandas as pd
 from harness.metrics import compression_ratio
 from harness.records import echoed, hedged
 from harness.stats import paired_bootstrap
+from leaderboard import context_store
 from leaderboard.collect import collect, read_records
 from leaderboard.headline import newest_block
 
@@ -80,8 +81,9 @@ def compare(root: str | Path, a: str, b: str, dataset: str, generator: str | Non
     others = tuple(k[1] for k in blocks if k != block)
     runs = runs[(runs.profile == block[0]) & (runs.generator == block[1])]
     ra, rb = _row(runs, a), _row(runs, b)
-    recs_a = read_records(ra.folder, None if pd.isna(ra.n) else int(ra.n))
-    recs_b = {r["id"]: r for r in read_records(rb.folder, None if pd.isna(rb.n) else int(rb.n))}
+    recs_a = context_store.fill(read_records(ra.folder, None if pd.isna(ra.n) else int(ra.n)), root, dataset)
+    recs_b = read_records(rb.folder, None if pd.isna(rb.n) else int(rb.n))
+    recs_b = {r["id"]: r for r in context_store.fill(recs_b, root, dataset)}
     pairs = [(r, recs_b[r["id"]]) for r in recs_a if r["id"] in recs_b]
     if not pairs:
         raise CompareError(f"{a!r} and {b!r} share no question on {dataset!r}")
@@ -96,7 +98,7 @@ def _cr(record: dict) -> str:
 def _context(record: dict) -> str:
     if "context" in record:
         return record["context"] or "(empty)"
-    return f"(not kept in this run folder; sha1 {record.get('context_sha1', '?')})"
+    return f"(not kept in this run folder nor the archive's store; sha1 {record.get('context_sha1', '?')})"
 
 
 def _indent(text: str, head: str) -> str:

@@ -86,3 +86,15 @@ def add(archive: str | Path, dataset: str, records: Iterable[dict[str, Any]]) ->
 def documents_of(line: dict[str, Any]) -> list[str]:
     """The documents of a held context as the generator was given them."""
     return line["documents"] if "documents" in line else split_documents(line["context"])
+
+
+def fill(records: list[dict[str, Any]], archive: str | Path, dataset: str) -> list[dict[str, Any]]:
+    """``records`` with the texts (``context``, ``documents``) the archive holds for those that keep only a hash."""
+    if all("context" in r for r in records):
+        return records
+    store = held(archive, dataset)
+    out = []
+    for r in records:
+        line = None if "context" in r else store.get(r.get("context_sha1", ""))
+        out.append(r if line is None else {**r, "context": line["context"], "documents": documents_of(line)})
+    return out

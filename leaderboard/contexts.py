@@ -57,24 +57,15 @@ def _rows(
 def _with_texts(records: list[dict[str, Any]], folder: Path, archive: Path, dataset: str) -> list[dict[str, Any]]:
     """``records`` with their context texts: their own, or an archived run's from the archive's store
     (``leaderboard.context_store``); ``ExportError`` when neither holds them."""
-    if all("context" in r for r in records):
-        return records
-    store = context_store.held(archive, dataset)
-    lost = [r["id"] for r in records if "context" not in r and r.get("context_sha1") not in store]
+    records = context_store.fill(records, archive, dataset)
+    lost = [r["id"] for r in records if "context" not in r]
     if lost:
         raise ExportError(
             f"{folder / PREDICTIONS}: {len(lost)} of {len(records)} records keep no context text and "
             f"{context_store.store_file(archive, dataset)} does not hold them (first: {lost[0]}): export from the "
             "results folder of the run that made them, or archive it again"
         )
-    out = []
-    for r in records:
-        if "context" in r:
-            out.append(r)
-            continue
-        line = store[r["context_sha1"]]
-        out.append({**r, "context": line["context"], "documents": context_store.documents_of(line)})
-    return out
+    return records
 
 
 def _row_contexts(row: Any, archive: Path, limit: int | None = None) -> tuple[dict[str, Any], list[dict[str, Any]]]:

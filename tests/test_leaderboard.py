@@ -512,7 +512,7 @@ def test_the_archive_keeps_each_context_text_once_and_a_clone_exports_them(tmp_p
 
     answers = [("Paris", ["Paris"])] * 4
     full = write_run(tmp_path / "res", "full", "nq", answers)
-    bm25 = write_run(tmp_path / "res", "bm25", "nq", answers)
+    bm25 = write_run(tmp_path / "res", "bm25", "nq", [*answers[:3], ("London", ["Paris"])])
     texts = [f"Doc1: T{i}\nabout {i}\nDoc2: U\nmore" for i in range(4)]
     _with_contexts(full, texts)
     _with_contexts(bm25, [texts[0], texts[1], "Doc1: T9\nkept", ""])  # two shared with full, one empty
@@ -535,6 +535,10 @@ def test_the_archive_keeps_each_context_text_once_and_a_clone_exports_them(tmp_p
         [f"T{i}\nabout {i}", "U\nmore"] for i in (0, 1)
     ]
     assert m1["rows"] == m2["rows"]
+    from leaderboard.compare import compare, report
+
+    shown = "\n".join(report(compare(tmp_path / "runs", "full", "bm25", "nq")))  # the one differing question's
+    assert "about 3" in shown and "(empty)" in shown and "not kept" not in shown
     # a store that lost a text: one line naming the records' file and the store
     path.unlink()
     with pytest.raises(ExportError, match=r"records keep no context text and .*contexts/nq.jsonl.gz") as e:
