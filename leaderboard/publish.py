@@ -3,29 +3,28 @@
 Files written under ``out``:
 - ``leaderboard.md``: the headline (profile, generator) block first (``leaderboard.headline``: ``headline``, or the
   block of the newest run among those that made their own contexts), then the page's other sections in order
-  (``leaderboard.sections``; ``VIEWS`` lists each one's views), every other block under "Archive". The headline: the
-  compact Table 2 (SubEM and CR per dataset; a variant identical to another shown once, its alias named), the SubEM-CR
-  plot, latency side by side and break-even. Diagnostics: the Table 2 diagnostics table (echo, SubEM from echo, F1),
-  Table 2 re-scored on the questions its rows share (``leaderboard.matched``; rows under ``min_n`` records are left
-  out and named),
-  the empty contexts (per row and dataset, the share of questions whose context came back empty and the CR over
-  the non-empty ones), the 95% intervals and paired tests against ``full``, the methods' own diagnostics, "Answers
-  that choose" (SubEM beside SubEM with hedged and echoed predictions scored 0, its paired test against ``full``,
-  the hedge and echo shares). ``leaderboard.retrieval``'s views: "When retrieval fails" (000 Table 7: the rows on
-  the questions whose passages hold no gold answer, and on the others, the paper's figures under them) and "More
-  passages" (rows run with ``dataset.top_k``, kept out of every other table, beside the default k). Beside
-  the papers: our rows beside the paper's (difference, setting-tagged), then the papers' numbers of every
-  setting, each in its own table. ``NOTES.md`` beside the runs is linked, not pasted.
+  (``leaderboard.sections``; ``OWN`` and ``leaderboard.views.VIEWS`` list each one's views), every other block under
+  "Archive". The headline: the compact Table 2 (SubEM and CR per dataset; a variant identical to another shown once,
+  its alias named), the SubEM-CR plot, latency side by side and break-even. Diagnostics: the Table 2 diagnostics table
+  (echo, SubEM from echo, F1), Table 2 re-scored on the questions its rows share (``leaderboard.matched``; rows under
+  ``min_n`` records are left out and named), the empty contexts (per row and dataset, the share of questions whose
+  context came back empty and the CR over the non-empty ones), the 95% intervals and paired tests against ``full``,
+  the methods' own diagnostics, "Answers that choose" (SubEM beside SubEM with hedged and echoed predictions scored 0,
+  its paired test against ``full``, the hedge and echo shares). ``leaderboard.views.retrieval``'s views: "When
+  retrieval fails" (000 Table 7: the rows on the questions whose passages hold no gold answer, and on the others, the
+  paper's figures under them) and "More passages" (rows run with ``dataset.top_k``, kept out of every other table,
+  beside the default k). Beside the papers: our rows beside the paper's (difference, setting-tagged), then the papers'
+  numbers of every setting, each in its own table. ``NOTES.md`` beside the runs is linked, not pasted.
 - ``runs.csv`` (every collected column; run folders relative to the published folder),
   ``table2_<profile>_<generator>.csv`` / ``.tex`` (every Table 2 column),
   ``table2_shared_<profile>_<generator>.csv``, ``empty_contexts_<profile>_<generator>.csv``, ``latency.csv``,
   ``comparison_<profile>_<generator>.csv``, ``answers_that_choose_<profile>_<generator>.csv``, ``reference.csv``
   (a copy of the papers' numbers), ``unreliable_<profile>_<generator>.csv``,
   ``more_passages_<profile>_<generator>.csv`` (where it has rows), ``readers_<profile>_<generator>.csv``
-  (Across readers, ``leaderboard.readers``: where the profile has a block of another generator model),
-  ``scale_<profile>_<generator>.csv`` (At the readers' scale, ``leaderboard.scale``: where ``results/scale`` holds
+  (Across readers, ``leaderboard.views.readers``: where the profile has a block of another generator model),
+  ``scale_<profile>_<generator>.csv`` (At the readers' scale, ``leaderboard.views.scale``: where ``results/scale`` holds
   the block's recounted tokens), ``answer_rank_<profile>_<generator>.csv`` (Where the answer sits,
-  ``leaderboard.ranks``).
+  ``leaderboard.views.ranks``).
 - ``subem_vs_cr_<profile>_<generator>.png`` and ``.svg`` (the page's, with a hover title per point),
   ``latency_<profile>_<generator>.png``.
 - ``latency_pass.csv``: the latency passes found under ``results`` (``latency-pass-*.jsonl``, written by
@@ -33,46 +32,28 @@ Files written under ``out``:
   CPU only); each block's "Latency side by side" merges passes (per variant its newest pass, each row against the
   ``full`` of its own pass, naming it), older timings apart.
 - ``index.html``: one self-contained page in the same sections, a contents bar linking them; the headline's
-  "Two rows, question by question" compares any two of its rows (``leaderboard.compare_view``), "All runs" holds
+  "Two rows, question by question" compares any two of its rows (``leaderboard.views.compare_view``), "All runs" holds
   the grid of every run (folded behind its filters) and their provenance.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
-from leaderboard import (
-    budget,
-    compare_view,
-    html,
-    passes,
-    plots,
-    ranks,
-    readers,
-    reference,
-    retrieval,
-    scale,
-    stats,
-    tables,
-)
+from leaderboard import html, passes, plots, reference, stats, tables, views
 from leaderboard.collect import collect
 from leaderboard.headline import aliases, mark_aliases, pick_headline
 from leaderboard.matched import MIN_N, matched
+from leaderboard.page import Block, Data, Page, View
+from leaderboard.page import slug as block_slug
 from leaderboard.sections import SECTIONS, by_id
 from leaderboard.tables import fmt, label
 
 NOTES = "NOTES.md"  # beside the runs (leaderboard/runs/NOTES.md): linked from leaderboard.md, never pasted
-
-
-def _slug(*parts: str) -> str:
-    return "_".join(re.sub(r"[^A-Za-z0-9.-]+", "-", p) for p in parts)
 
 
 def _comparison_md(cmp: pd.DataFrame, ds: list[str]) -> tuple[list[str], list[list[str]]]:
@@ -225,38 +206,6 @@ def _latency_md(lat: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     return head, rows
 
 
-@dataclass
-class _Page:
-    """What ``publish`` writes, gathered block by block: Markdown parts, the HTML of each page section
-    (``leaderboard.sections``; ``section`` is the one the views now write into, every archived block goes to
-    "archive"), files written. ``depth`` shifts headings down a level (archived blocks)."""
-
-    out: Path
-    md: list[str] = field(default_factory=list)
-    parts: dict[str, list[str]] = field(default_factory=dict)
-    written: list[Path] = field(default_factory=list)
-    depth: int = 0
-    archive: bool = False
-    section: str = "headline"
-
-    def h(self, level: int, text: str) -> str:
-        """A Markdown heading at ``level`` (2: a block, 3: its sections), one deeper in the archive."""
-        return f"{'#' * (level + self.depth)} {text}"
-
-    @property
-    def head(self) -> list[str]:
-        """The HTML of the section now written (the archive while an archived block is)."""
-        return self.parts.setdefault("archive" if self.archive else self.section, [])
-
-    def html(self, heading: str, body: str, level: int = 3) -> None:
-        """A heading and its body into the section now written."""
-        self.head.append(html.section(heading, body, level + self.depth))
-
-    def add(self, body: str) -> None:
-        """HTML without a heading (a plot, a view) into the section now written."""
-        self.head.append(body)
-
-
 def _table(head: list[str], rows: list[list[str]], table_id: str = "", groups: dict[int, str] | None = None) -> str:
     """A table whose headers "<dataset> <metric>" print as two rows: each dataset over its metrics."""
     cols = [("", head[0])] + [tuple(h.split(" ", 1)) if " " in h else ("", h) for h in head[1:]]
@@ -337,9 +286,9 @@ def _power_note(g: pd.DataFrame, baseline: str) -> str:
     )
 
 
-def _table2_block(page: _Page, full: pd.DataFrame, profile: str, gen: str, baseline: str) -> None:
+def _table2_block(page: Page, full: pd.DataFrame, profile: str, gen: str, baseline: str) -> None:
     """Table 2 at every row's own n (Markdown, HTML, CSV and LaTeX), its aliases named."""
-    out, slug = page.out, _slug(profile, gen)
+    out, slug = page.out, block_slug(profile, gen)
     g = full[(full.profile == profile) & (full.generator == gen)]
     t2 = tables.table2(full, profile, gen)
     head, rows = tables.table2_rows(t2, metrics=tables.HEADLINE_METRICS)
@@ -378,7 +327,7 @@ def _table2_block(page: _Page, full: pd.DataFrame, profile: str, gen: str, basel
     page.written += [out / f"table2_{slug}.csv", out / f"table2_{slug}.tex"]
 
 
-def _table2_diagnostics_block(page: _Page, full: pd.DataFrame, profile: str, gen: str) -> None:
+def _table2_diagnostics_block(page: Page, full: pd.DataFrame, profile: str, gen: str) -> None:
     """Table 2's other columns (``tables.diagnostic_metrics``: echo, SubEM from echo, F1, ...), rows as Table 2's."""
     metrics = tables.diagnostic_metrics()
     if not metrics:
@@ -395,9 +344,9 @@ def _table2_diagnostics_block(page: _Page, full: pd.DataFrame, profile: str, gen
     page.html("Table 2 diagnostics", html.note(text) + _table(head, rows, groups=_others(t2)))
 
 
-def _shared_block(page: _Page, full, shared, short, profile: str, gen: str, min_n: int) -> None:
+def _shared_block(page: Page, full, shared, short, profile: str, gen: str, min_n: int) -> None:
     """Table 2 on the questions its rows share, then the empty contexts."""
-    slug = _slug(profile, gen)
+    slug = block_slug(profile, gen)
     text, frame = _shared_md(shared, short, profile, gen, min_n, page.out / f"table2_shared_{slug}.csv", page.written)
     page.md.append(text.replace("### ", page.h(3, ""), 1))
     if frame is not None:
@@ -409,7 +358,7 @@ def _shared_block(page: _Page, full, shared, short, profile: str, gen: str, min_
         page.html(heading, body)
 
 
-def _diagnostics_block(page: _Page, g: pd.DataFrame) -> None:
+def _diagnostics_block(page: Page, g: pd.DataFrame) -> None:
     """The 95% intervals and paired tests, and the methods' own diagnostics."""
     uh, ur = _uncertainty_md(tables.uncertainty(g))
     page.md.append(f"{page.h(3, 'Uncertainty')}\n\n{tables.markdown(uh, ur)}\n")
@@ -426,13 +375,13 @@ def _diagnostics_block(page: _Page, g: pd.DataFrame) -> None:
             page.html("Method diagnostics", html.frame_html(pd.DataFrame(r, columns=h)))
 
 
-def _choose_block(page: _Page, g: pd.DataFrame, profile: str, gen: str, baseline: str) -> None:
+def _choose_block(page: Page, g: pd.DataFrame, profile: str, gen: str, baseline: str) -> None:
     """SubEM beside "SubEM (answers that choose)" (``tables.answers_that_choose``), its paired test against
     ``baseline``, the hedge and echo shares, and the rows whose verdict against ``baseline`` changes."""
     frame = tables.answers_that_choose(g, profile, gen, baseline)
     if frame.empty:
         return
-    csv = page.out / f"answers_that_choose_{_slug(profile, gen)}.csv"
+    csv = page.out / f"answers_that_choose_{block_slug(profile, gen)}.csv"
     frame.to_csv(csv, index=False)
     page.written.append(csv)
     verdicts = frame.columns[5]
@@ -534,7 +483,7 @@ def _pass_compact(head: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     return cols, rows
 
 
-def _pass_block(page: _Page, all_passes: pd.DataFrame, profile: str, gen: str, baseline: str) -> None:
+def _pass_block(page: Page, all_passes: pd.DataFrame, profile: str, gen: str, baseline: str) -> None:
     """Latency side by side, merged over passes: per dataset and variant, its newest latency pass (every row
     against the ``full`` of its own pass, on its CPU; the dataset's headline pass first), then any row timed again
     later or without a ``full`` in its pass, apart."""
@@ -585,7 +534,7 @@ def _machines_note(block: pd.DataFrame) -> str:
     return f" (its rows were timed on {len(cpus)} CPUs, {'; '.join(cpus)}: a sum over machines, not one machine's cost)"
 
 
-def _latency_block(page: _Page, lat: pd.DataFrame, profile: str, gen: str, baseline: str) -> None:
+def _latency_block(page: Page, lat: pd.DataFrame, profile: str, gen: str, baseline: str) -> None:
     """Latency and break-even (batch-1), throughput (batched), and the block's cost."""
     block = lat[(lat.profile == profile) & (lat.generator == gen)]
     lh, lr = _latency_md(block)
@@ -615,7 +564,7 @@ def _latency_block(page: _Page, lat: pd.DataFrame, profile: str, gen: str, basel
     page.html("Latency and break-even", html.folded(f"Every run's own timing ({len(lr)} rows)", frame))
 
 
-def _comparison_block(page: _Page, full, ref, g: pd.DataFrame, profile: str, gen: str) -> None:
+def _comparison_block(page: Page, full, ref, g: pd.DataFrame, profile: str, gen: str) -> None:
     """Our rows beside the paper's in its setting (when the paper has that setting)."""
     cmp = reference.comparison(full, ref, profile, gen)
     if cmp.empty:
@@ -631,16 +580,16 @@ def _comparison_block(page: _Page, full, ref, g: pd.DataFrame, profile: str, gen
     src = cmp.source.iloc[0]
     title = f"Beside the paper: {src}, {paper_gen} (setting `compselect`; {tag})"
     page.md.append(f"{page.h(3, title)}\n\n{tables.markdown(ch, cr_)}\n")
-    path = page.out / f"comparison_{_slug(profile, gen)}.csv"
+    path = page.out / f"comparison_{block_slug(profile, gen)}.csv"
     cmp.to_csv(path, index=False)
     page.written.append(path)
     page.html(title.replace("`", ""), _table(ch, cr_))
 
 
-def _plot(page: _Page, kind: str, frame: pd.DataFrame, profile: str, gen: str) -> None:
+def _plot(page: Page, kind: str, frame: pd.DataFrame, profile: str, gen: str) -> None:
     """One plot (``subem_vs_cr`` or ``latency``) as a PNG, linked from the Markdown and embedded in the page."""
     fn = plots.subem_vs_cr if kind == "subem_vs_cr" else plots.latency_bars
-    path = page.out / f"{kind}_{_slug(profile, gen)}.png"
+    path = page.out / f"{kind}_{block_slug(profile, gen)}.png"
     if fn(frame, profile, gen, path) is None:
         path.unlink(missing_ok=True)  # a stale plot from an earlier publish
         return
@@ -652,7 +601,7 @@ def _plot(page: _Page, kind: str, frame: pd.DataFrame, profile: str, gen: str) -
     page.written += [path, svg] if svg.is_file() else [path]
 
 
-def _reference_block(page: _Page, ref: pd.DataFrame) -> None:
+def _reference_block(page: Page, ref: pd.DataFrame) -> None:
     """The papers' numbers, one table per setting."""
     text = (
         "Each table keeps one paper's setting (papers.md section 0); none shares a column with our numbers or "
@@ -665,164 +614,52 @@ def _reference_block(page: _Page, ref: pd.DataFrame) -> None:
         page.html(title, html.frame_html(wide), level=4)
 
 
-@dataclass
-class _Data:
-    """The tables every block is cut from."""
-
-    full: pd.DataFrame  # collected rows shown (aliases dropped) with uncertainty and latency columns
-    shared: pd.DataFrame
-    short: pd.DataFrame
-    lat: pd.DataFrame
-    ref: pd.DataFrame
-    passes: pd.DataFrame  # latency passes (tools.latency_pass), compared within a pass only
-    more: pd.DataFrame = field(default_factory=pd.DataFrame)  # rows run with dataset.top_k set (retrieval.split_more)
-    budget: pd.DataFrame = field(default_factory=pd.DataFrame)  # budget variants (budget.split_budget)
-    results: Path = Path(".")  # the results root (the scale view reads its recounted tokens there)
-
-
-def _retrieval_view(page: _Page, d: _Data, b: Block, which: str) -> None:
-    """One view of ``leaderboard.retrieval`` with its CSV: "When retrieval fails" (000 Table 7) or "More passages"
-    (in an archived block, only where it has rows run with ``dataset.top_k``)."""
-    out, slug = page.out, _slug(b.profile, b.gen)
-    if which == retrieval.FAILS:
-        title = f"{which} (CompSelect's Table 7)"
-        md, body, csv = retrieval.fails_section(
-            d.full, d.ref, b.profile, b.gen, b.baseline, out / f"unreliable_{slug}.csv"
-        )
-    else:
-        title = f"{which} (k = 5 against k = 10)"
-        md, body, csv = retrieval.more_section(d.full, d.more, b.profile, b.gen, out / f"more_passages_{slug}.csv")
-    if md and (csv or which == retrieval.FAILS or not page.archive):
-        page.md.append(f"{page.h(3, title)}\n\n{md}")
-        page.html(title, body)
-    if csv:
-        page.written.append(csv)
-
-
-@dataclass(frozen=True)
-class Block:
-    """One (profile, generator) block and the settings every view of it reads."""
-
-    profile: str
-    gen: str
-    baseline: str
-    min_n: int
-
-    def rows(self, df: pd.DataFrame) -> pd.DataFrame:
-        return df[(df.profile == self.profile) & (df.generator == self.gen)]
-
-
-View = Callable[[_Page, _Data, Block], None]
-
-
-def _readers_view(page: _Page, d: _Data, b: Block) -> None:
-    """The headline's Table 2 rows beside the same rows read by another generator model of its profile
-    (``leaderboard.readers``), with ``readers_<profile>_<generator>.csv``; nothing while it has one reader."""
-    if page.archive:
-        return
-    gens = readers.reader_blocks(d.full, b.profile, b.gen)
-    if len(gens) < 2:
-        return
-    md, body, csv = readers.section(
-        d.full, gens, b.profile, b.baseline, page.out / f"readers_{_slug(b.profile, b.gen)}.csv"
-    )
-    if csv:
-        page.md.append(md)
-        page.add(body)
-        page.written.append(csv)
-
-
-def _ranks_view(page: _Page, d: _Data, b: Block) -> None:
-    """The headline's Table 2 rows (and ``top1``) by the rank of the first answer-bearing passage, under each reader
-    (``leaderboard.ranks``), with ``answer_rank_<profile>_<generator>.csv``."""
-    if page.archive:
-        return
-    gens = readers.reader_blocks(d.full, b.profile, b.gen)
-    md, body, csv = ranks.section(
-        d.full, gens, b.profile, b.baseline, page.out / f"answer_rank_{_slug(b.profile, b.gen)}.csv"
-    )
-    if md:
-        page.md.append(md)
-        page.add(body)
-    if csv:
-        page.written.append(csv)
-
-
-def _budget_view(page: _Page, d: _Data, b: Block) -> None:
-    """The budget variants beside CompSelect on the same questions, under each reader (``leaderboard.budget``), with
-    ``budget_<profile>_<generator>.csv``."""
-    if page.archive:
-        return
-    gens = readers.reader_blocks(d.full, b.profile, b.gen)
-    md, body, csv = budget.section(
-        d.full, d.budget, gens, b.profile, page.out / f"budget_{_slug(b.profile, b.gen)}.csv"
-    )
-    if csv:
-        page.md.append(md)
-        page.add(body)
-        page.written.append(csv)
-
-
-def _scale_view(page: _Page, d: _Data, b: Block) -> None:
-    """The headline's Table 2 rows at the papers' reader sizes on a GPU, predicted from their recounted tokens
-    (``leaderboard.scale``), with ``scale_<profile>_<generator>.csv``; nothing without recounted records."""
-    if page.archive:
-        return
-    md, body, csv = scale.section(d.results, b.profile, b.gen, page.out / f"scale_{_slug(b.profile, b.gen)}.csv")
-    if csv:
-        page.md.append(md)
-        page.add(body)
-        page.written.append(csv)
-
-
-def _compare_view(page: _Page, d: _Data, b: Block) -> None:
-    """Any two rows of the headline block, question by question (``leaderboard.compare_view``)."""
-    if page.archive:
-        return
-    page.md.append(
-        "On the page (`index.html`), or on the command line: `python -m leaderboard compare RUNS A B --dataset D`.\n"
-    )
-    page.add(compare_view.compare_html(compare_view.compare_data(b.rows(d.full))))
-
-
-# Each section's views (``leaderboard.sections``), in reading order: view(page, data, block) writes its Markdown
-# and HTML into the section, or nothing. A new view plugs in with one line; a section that no view fills shows its
+# The headline block's own tables, as views (``leaderboard.page.View``); every other view is a module of
+# ``leaderboard.views``. ``_block`` runs each section's views in this order; a section that no view fills shows its
 # honest "empty" line. An archived block runs every view in this order, all under "Archive".
-VIEWS: dict[str, list[View]] = {
-    "headline": [
-        lambda p, d, b: _table2_block(p, d.full, b.profile, b.gen, b.baseline),
-        lambda p, d, b: _plot(p, "subem_vs_cr", d.full, b.profile, b.gen),
-        lambda p, d, b: _pass_block(p, d.passes, b.profile, b.gen, b.baseline),
-        lambda p, d, b: _latency_block(p, d.lat, b.profile, b.gen, b.baseline),
-        lambda p, d, b: _plot(p, "latency", d.lat, b.profile, b.gen),
-    ],
-    "readers": [_readers_view],
-    "budget": [_budget_view],
-    "scale": [_scale_view],
-    "ranks": [_ranks_view],
-    "retrieval": [lambda p, d, b: _retrieval_view(p, d, b, retrieval.FAILS)],
-    "passages": [lambda p, d, b: _retrieval_view(p, d, b, retrieval.MORE)],
-    "diagnostics": [
-        lambda p, d, b: _table2_diagnostics_block(p, d.full, b.profile, b.gen),
+OWN: list[View] = [
+    View("table2", "headline", lambda p, d, b: _table2_block(p, d.full, b.profile, b.gen, b.baseline)),
+    View("subem_vs_cr", "headline", lambda p, d, b: _plot(p, "subem_vs_cr", d.full, b.profile, b.gen)),
+    View("passes", "headline", lambda p, d, b: _pass_block(p, d.passes, b.profile, b.gen, b.baseline)),
+    View("latency", "headline", lambda p, d, b: _latency_block(p, d.lat, b.profile, b.gen, b.baseline)),
+    View("latency_plot", "headline", lambda p, d, b: _plot(p, "latency", d.lat, b.profile, b.gen)),
+    View("table2_diagnostics", "diagnostics", lambda p, d, b: _table2_diagnostics_block(p, d.full, b.profile, b.gen)),
+    View(
+        "shared",
+        "diagnostics",
         lambda p, d, b: _shared_block(p, d.full, d.shared, d.short, b.profile, b.gen, b.min_n),
-        lambda p, d, b: _diagnostics_block(p, b.rows(d.full)),
-        lambda p, d, b: _choose_block(p, b.rows(d.full), b.profile, b.gen, b.baseline),
-    ],
-    "compare": [_compare_view],
-    "papers": [lambda p, d, b: _comparison_block(p, d.full, d.ref, b.rows(d.full), b.profile, b.gen)],
-}
+    ),
+    View("method_diagnostics", "diagnostics", lambda p, d, b: _diagnostics_block(p, b.rows(d.full))),
+    View("choose", "diagnostics", lambda p, d, b: _choose_block(p, b.rows(d.full), b.profile, b.gen, b.baseline)),
+    View(
+        "papers",
+        "papers",
+        lambda p, d, b: _comparison_block(p, d.full, d.ref, b.rows(d.full), b.profile, b.gen),
+    ),
+]
+ALL: list[View] = [*OWN, *views.VIEWS]
 
 
-def _block(page: _Page, d: _Data, profile: str, gen: str, baseline: str, min_n: int) -> None:
+def _owned(runs: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, pd.DataFrame]]:
+    """(the rows every table reads, per view the rows only it reads: ``View.owns``)."""
+    owned = {}
+    for v in ALL:
+        if v.owns is not None and not runs.empty:
+            mask = v.owns(runs)
+            owned[v.name], runs = runs[mask].reset_index(drop=True), runs[~mask].reset_index(drop=True)
+    return runs, owned
+
+
+def _block(page: Page, d: Data, profile: str, gen: str, baseline: str, min_n: int) -> None:
     """One (profile, generator) block: each section's views in order. The headline block's sections get their
     heading and question in ``leaderboard.md`` (and, when no view wrote to one, its empty line)."""
     b = Block(profile, gen, baseline, min_n)
     for s in SECTIONS:
         page.section = s.id
         md_at, html_at = len(page.md), len(page.head)
-        for view in VIEWS.get(s.id, []):
-            view(page, d, b)
-        if page.archive or s.id == "headline" or s.id not in VIEWS:
+        for view in (v for v in ALL if v.section == s.id):
+            view.render(page, d, b)
+        if page.archive or s.id == "headline" or not any(v.section == s.id for v in ALL):
             continue
         wrote = len(page.head) > html_at
         empty = "" if wrote else "\n" + s.empty.format(generator=gen, profile=profile) + "\n"
@@ -874,8 +711,7 @@ def publish(
     runs = collect(results)
     if runs.empty:
         raise SystemExit(f"no run folders (summary.json) under {results}")
-    runs, more = retrieval.split_more(runs)  # dataset.top_k runs: only "More passages" reads them
-    runs, at_budget = budget.split_budget(runs)  # *_budget variants: only "At the same budget" reads them
+    runs, owned = _owned(runs)  # e.g. dataset.top_k runs (only "More passages" reads them), budget variants
     runs = mark_aliases(runs, aliases(runs))
     runs = tables.ordered(stats.add_uncertainty(runs, baseline, resamples, seed))
     shown = runs[runs.alias_of.isna()].reset_index(drop=True)
@@ -884,22 +720,21 @@ def publish(
     lat = tables.latency(shown, baseline)
     drop = ["protocol", "latency_n", "latency_threads", "timed_at", "compress_s", "batched_at"]
     full = shown.merge(lat.drop(columns=drop), on=["profile", "generator", "dataset", "variant"])
-    d = _Data(
+    d = Data(
         full,
         shared,
         short,
         lat,
         reference.load_reference(),
         passes.compare(passes.read_passes(results)),
-        more,
-        at_budget,
+        owned,
         Path(results),
     )
-    page = _Page(out, written=[out / "runs.csv", out / "latency.csv", out / "reference.csv"])
+    page = Page(out, written=[out / "runs.csv", out / "latency.csv", out / "reference.csv"])
     if not d.passes.empty:
         d.passes.to_csv(out / "latency_pass.csv", index=False)
         page.written.append(out / "latency_pass.csv")
-    aside = [x for x in (more, at_budget) if len(x)]
+    aside = [x for x in owned.values() if len(x)]
     runs_out = pd.concat([runs, *aside], ignore_index=True) if aside else runs
     runs_out = runs_out.merge(lat.drop(columns=drop), how="left", on=["profile", "generator", "dataset", "variant"])
     _portable(runs_out, out).to_csv(page.written[0], index=False)
@@ -934,7 +769,7 @@ def publish(
     return [out / "leaderboard.md", out / "index.html", *page.written]
 
 
-def _sections_html(page: _Page, top: tuple[str, str]) -> list[tuple[str, str, bool, str]]:
+def _sections_html(page: Page, top: tuple[str, str]) -> list[tuple[str, str, bool, str]]:
     """Every section of the page in order: (id, contents-bar label, whether it is empty, its HTML); the headline's
     heading names its block, an empty section says so in one line."""
     out = []

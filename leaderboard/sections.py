@@ -1,11 +1,12 @@
 """The page's sections, in reading order: each has one job, says in one line what question it answers, and is
 linked from the contents bar at the top of ``index.html`` (``leaderboard.md`` follows the same order).
 
-A section's content comes from the views that ``leaderboard.publish.VIEWS`` lists under its id: functions
-``view(page, data, block)`` that write Markdown and HTML into the page, or nothing when they have nothing to show.
-A new view plugs in with one line there. A section that no view filled shows its ``empty`` line instead, never
-made-up content. ``grid`` and ``archive`` are filled by ``publish`` itself (the grid of every run, the other
-blocks).
+A section's content comes from the views whose ``section`` is its id (``leaderboard.page.View``: the headline
+block's own tables in ``leaderboard.publish.OWN``, every other view a module of ``leaderboard.views``): each
+``render(page, data, block)`` writes Markdown and HTML into the page, or nothing when it has nothing to show. A new
+view is one module and one entry in ``leaderboard.views.VIEWS``. A section that no view filled shows its ``empty``
+line instead, never made-up content. ``grid`` and ``archive`` are filled by ``publish`` itself (the grid of every
+run, the other blocks).
 """
 
 from __future__ import annotations

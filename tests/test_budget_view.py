@@ -1,4 +1,4 @@
-"""The "At the same budget" view (``leaderboard.budget``) on hand-made records, the per-dataset knob of a budget
+"""The "At the same budget" view (``leaderboard.views.budget``) on hand-made records, the per-dataset knob of a budget
 variant, and a budget variant's CR beside CompSelect's on a real slice (issue 84)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from leaderboard import budget
+from leaderboard.views import budget
 
 REPO = Path(__file__).resolve().parent.parent
 HEADLINE = REPO / "leaderboard" / "runs" / "embedded" / "smollm2-135m-instruct-vllm-documents_first-unlabelled"

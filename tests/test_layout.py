@@ -202,3 +202,22 @@ def test_no_tracked_file_is_over_5_mb():
         if p.is_file() and p.stat().st_size > 5e6
     ]
     assert not big, big
+
+
+def test_every_view_module_declares_its_view_and_publish_imports_none_of_them():
+    """A new view is one module of leaderboard/views/ with its ``View`` listed in ``views.VIEWS``; ``publish``
+    reaches the views only through that list (so it does not grow with them)."""
+    folder = REPO / "leaderboard" / "views"
+    init = ast.parse((folder / "__init__.py").read_text())
+    [views] = [n.value for n in init.body if isinstance(n, ast.AnnAssign) and getattr(n.target, "id", "") == "VIEWS"]
+    listed = {(e.value.id, e.attr) for e in views.elts if isinstance(e, ast.Attribute)}
+    assert len(listed) == len(views.elts)
+    for path in sorted(folder.glob("*.py")):
+        if path.name == "__init__.py":
+            continue
+        body = ast.parse(path.read_text()).body
+        names = {t.id for n in body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
+        declared = {(path.stem, n) for n in names if n.endswith("VIEW")}
+        assert declared and declared <= listed, f"{path.name}: {sorted(declared - listed) or 'no VIEW'}"
+    publish = set(imported("leaderboard.publish", REPO / "leaderboard" / "publish.py", modules()))
+    assert not {m for m in publish if m.startswith("leaderboard.views.")}, publish

@@ -134,8 +134,8 @@ def test_the_plot_labels_drawn_by_the_browser_never_overlap_and_every_point_name
     rows = pd.read_csv(published / "runs.csv")
     head = page.inner_text("#headline h2").removeprefix("Profile ").split(", generator ")
     block = rows[(rows.profile == head[0]) & (rows.generator == head[1]) & rows.alias_of.isna() & rows.cr.notna()]
-    from leaderboard.budget import is_budget
-    from leaderboard.retrieval import more_k
+    from leaderboard.views.budget import is_budget
+    from leaderboard.views.retrieval import more_k
 
     # runs at more passages and at CompSelect's budget: their own views only
     block = block[block.variant.map(lambda v: more_k(v) is None and not is_budget(v))]

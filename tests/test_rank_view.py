@@ -1,5 +1,5 @@
-"""The "Where the answer sits" view (``leaderboard.ranks``) on a hand-made record set: questions grouped by the rank
-of their first answer-bearing passage as read, each row's SubEM per group beside `full`'s on the same questions."""
+"""The "Where the answer sits" view (``leaderboard.views.ranks``) on a hand-made record set: questions grouped by the
+rank of their first answer-bearing passage as read, each row's SubEM per group beside `full`'s on the same questions."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from harness.types import Passage
-from leaderboard import ranks
+from leaderboard.views import ranks
 
 
 def _p(holds: bool | None, text: str = "some text") -> Passage:

@@ -1,6 +1,6 @@
-"""The "Across readers" view (``leaderboard.readers``) on the archived records: the two SmolLM2 blocks of the same 13
-Table 2 rows (the headline's prompt and the archived paper prompt) stand in for two readers; as blocks of one model
-they are never published as readers."""
+"""The "Across readers" view (``leaderboard.views.readers``) on the archived records: the two SmolLM2 blocks of the same
+13 Table 2 rows (the headline's prompt and the archived paper prompt) stand in for two readers; as blocks of one
+model they are never published as readers."""
 
 from __future__ import annotations
 
@@ -12,9 +12,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from leaderboard import publish, readers, tables
+from leaderboard import publish, tables
 from leaderboard.collect import collect, read_records
 from leaderboard.reference import table2_variants
+from leaderboard.views import readers
 
 RUNS = Path(__file__).resolve().parents[1] / "leaderboard" / "runs" / "embedded"
 HEAD = "smollm2-135m-instruct-vllm-documents_first-unlabelled"  # n = 800 / 400 / 400
@@ -127,9 +128,11 @@ def test_marks_follow_each_readers_paired_test(nq):
 
 def test_blocks_of_one_model_are_not_readers(runs, tmp_path):
     assert readers.reader_blocks(runs, PROFILE, HEAD) == [HEAD]
-    page = publish._Page(tmp_path)
-    data = publish._Data(runs, *(pd.DataFrame() for _ in range(5)))
-    publish._readers_view(page, data, publish.Block(PROFILE, HEAD, "full", 50))
+    from leaderboard.page import Block, Data, Page
+
+    page = Page(tmp_path)
+    data = Data(runs, *(pd.DataFrame() for _ in range(5)))
+    readers.VIEW.render(page, data, Block(PROFILE, HEAD, "full", 50))
     assert not page.md and not page.parts and not list(tmp_path.iterdir())
     # the same records labelled as read by another model: now a second reader
     other = runs.assign(generator_model=runs.generator_model.where(runs.generator == HEAD, "embedded:other@0"))

@@ -1,4 +1,4 @@
-"""The robustness views (``leaderboard.retrieval``) on the real archived records and the real data files: which
+"""The robustness views (``leaderboard.views.retrieval``) on the real archived records and the real data files: which
 questions' passages hold no gold answer, the tables built on them, and how a run at more passages is keyed."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import pytest
 from harness.config import run_overrides
 from harness.data import DatasetSpec, load_dataset
 from harness.prompt import render_documents
-from leaderboard import retrieval
 from leaderboard.collect import collect, read_records
 from leaderboard.publish import publish
+from leaderboard.views import retrieval
 from tests.conftest import DATA, REPO
 
 HEAD = REPO / "leaderboard" / "runs" / "embedded" / "smollm2-135m-instruct-vllm-documents_first-unlabelled"

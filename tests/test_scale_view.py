@@ -1,4 +1,4 @@
-"""The "At the readers' scale" view (``leaderboard.scale``) and the recount that feeds it (``tools.recount``), on
+"""The "At the readers' scale" view (``leaderboard.views.scale``) and the recount that feeds it (``tools.recount``), on
 hand-made token records: the predictions add up from the cost model's per-record figures, the CSV has its columns,
 the paper's CompSelect figures stand beside ours, the CPU check is stated, and a block without recounted tokens
 shows nothing."""
@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from leaderboard import costmodel as cm
-from leaderboard import scale
+from leaderboard.views import scale
 
 GEN, PROFILE = "gen-a", "embedded"
 LM = "embedded:smollm2-135m-instruct"

@@ -21,9 +21,10 @@ import pandas as pd
 from harness.data import DatasetError, DatasetSpec, load_dataset
 from harness.stats import RESAMPLES, SEED, bootstrap_ci, paired_bootstrap
 from leaderboard.collect import read_predictions
+from leaderboard.page import Block, Data, Page, View
 from leaderboard.reference import method_map, variant_order
-from leaderboard.retrieval import _dataset_config, _holds, data_root
 from leaderboard.tables import DAGGER, datasets, label
+from leaderboard.views.retrieval import _dataset_config, _holds, data_root
 
 GROUPS = ("1", "2", "3", "4-5", "none")
 TOP1 = "top1"
@@ -207,3 +208,22 @@ def section(
         md.append("".join(f"- {x}\n" for x in said))
         body.append(html.points(said))
     return "\n".join(md), "".join(body), csv
+
+
+def render(page: Page, d: Data, b: Block) -> None:
+    """The headline's Table 2 rows (and ``top1``) by the rank of the first answer-bearing passage, under each
+    reader, with ``answer_rank_<profile>_<generator>.csv``."""
+    if page.archive:
+        return
+    from leaderboard.views.readers import reader_blocks
+
+    gens = reader_blocks(d.full, b.profile, b.gen)
+    md, body, csv = section(d.full, gens, b.profile, b.baseline, page.out / f"answer_rank_{b.slug}.csv")
+    if md:
+        page.md.append(md)
+        page.add(body)
+    if csv:
+        page.written.append(csv)
+
+
+VIEW = View("ranks", "ranks", render)

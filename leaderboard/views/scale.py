@@ -29,10 +29,11 @@ import pandas as pd
 import yaml
 
 from leaderboard import costmodel as cm
+from leaderboard.page import Block, Data, Page, View
 from leaderboard.reference import variant_order
 from leaderboard.tables import datasets, label
 
-DATA = Path(__file__).resolve().parent / "data"
+DATA = Path(__file__).resolve().parents[1] / "data"  # leaderboard/data
 DEVICE = "h200"
 READER = "llama3_8b"
 READER_NAMES = {
@@ -256,3 +257,13 @@ def _html_table(lines: list[str]) -> str:
     head = "".join(f"<th>{htmllib.escape(c)}</th>" for c in cells[0])
     body = "".join("<tr>" + "".join(f"<td>{htmllib.escape(c)}</td>" for c in row) + "</tr>" for row in cells[1:])
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def render(page: Page, d: Data, b: Block) -> None:
+    """The headline's Table 2 rows at the papers' reader sizes on a GPU, predicted from their recounted tokens,
+    with ``scale_<profile>_<generator>.csv``; nothing without recounted records."""
+    if not page.archive:
+        page.view(*section(d.results, b.profile, b.gen, page.out / f"scale_{b.slug}.csv"))
+
+
+VIEW = View("scale", "scale", render)

@@ -25,6 +25,7 @@ import pandas as pd
 from harness.metrics import compression_ratio
 from harness.records import echoed
 from leaderboard.collect import read_records
+from leaderboard.page import Block, Data, Page, View
 
 ANSWER_CHARS = 80  # the start of each answer; `python -m leaderboard compare` prints them whole
 
@@ -113,3 +114,16 @@ def compare_html(data: dict[str, Any]) -> str:
 RUNS A B --dataset D</code>.</p>
 <script type="application/octet-stream" id="cmp-data">{payload}</script>
 <script>{JS}</script>"""
+
+
+def render(page: Page, d: Data, b: Block) -> None:
+    """Any two rows of the headline block, question by question."""
+    if page.archive:
+        return
+    page.md.append(
+        "On the page (`index.html`), or on the command line: `python -m leaderboard compare RUNS A B --dataset D`.\n"
+    )
+    page.add(compare_html(compare_data(b.rows(d.full))))
+
+
+VIEW = View("compare", "compare", render)

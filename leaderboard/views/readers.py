@@ -31,6 +31,7 @@ from harness.stats import LEVEL, RESAMPLES, SEED
 from leaderboard import html, stats
 from leaderboard.collect import read_records
 from leaderboard.matched import rescore
+from leaderboard.page import Block, Data, Page, View
 from leaderboard.reference import reader_notes, table2_variants, variant_order
 from leaderboard.tables import DAGGER, datasets, fmt, label, markdown
 
@@ -381,3 +382,16 @@ def section(
     )
     frame(cs, models).to_csv(csv, index=False)
     return "\n".join(m for m, _ in parts), "".join(h for _, h in parts), csv
+
+
+def render(page: Page, d: Data, b: Block) -> None:
+    """The headline's Table 2 rows beside the same rows read by another generator model of its profile, with
+    ``readers_<profile>_<generator>.csv``; nothing while it has one reader, nor in an archived block."""
+    if page.archive:
+        return
+    gens = reader_blocks(d.full, b.profile, b.gen)
+    if len(gens) >= 2:
+        page.view(*section(d.full, gens, b.profile, b.baseline, page.out / f"readers_{b.slug}.csv"))
+
+
+VIEW = View("readers", "readers", render)

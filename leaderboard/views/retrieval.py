@@ -31,6 +31,7 @@ from harness.provenance import REPO_ROOT
 from harness.records import SUMMARY, kept_nothing
 from harness.stats import RESAMPLES, SEED, bootstrap_ci, paired_bootstrap
 from leaderboard.collect import read_predictions
+from leaderboard.page import Block, Data, Page, View
 from leaderboard.reference import method_map, variant_order
 from leaderboard.tables import DAGGER, datasets, label
 
@@ -220,10 +221,16 @@ def more_k(variant: str) -> tuple[str, int] | None:
     return (f"{m.group(1)}[{rest}]" if rest else m.group(1)), int(k.group(2))
 
 
+def with_top_k(df: pd.DataFrame) -> pd.Series:
+    """The rows of collected runs run with ``dataset.top_k`` set: only "More passages" reads them
+    (``MORE_VIEW.owns``)."""
+    return df.variant.map(lambda v: more_k(v) is not None).astype(bool)
+
+
 def split_more(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(the rows at the default k, the rows run with ``dataset.top_k`` set): Table 2 and the other views read the
     first only, so a k = 10 row is never ranked or compared with the k = 5 ones."""
-    more = df.variant.map(lambda v: more_k(v) is not None).astype(bool)
+    more = with_top_k(df)
     return df[~more].reset_index(drop=True), df[more].reset_index(drop=True)
 
 
@@ -430,3 +437,31 @@ def more_section(
     head, rows = more_rows(t)
     md = f"{_MORE_INTRO}\n\n{markdown(head, rows)}\n\n{words}\n"
     return md, _note_html(_MORE_INTRO) + _frame_html(head, rows) + _note_html(words), csv
+
+
+def _render(page: Page, d: Data, b: Block, which: str) -> None:
+    """ "When retrieval fails" (000 Table 7) or "More passages" with its CSV (in an archived block, the latter only
+    where it has rows run with ``dataset.top_k``)."""
+    if which == FAILS:
+        title = f"{which} (CompSelect's Table 7)"
+        out = page.out / f"unreliable_{b.slug}.csv"
+        md, body, csv = fails_section(d.full, d.ref, b.profile, b.gen, b.baseline, out)
+    else:
+        title = f"{which} (k = 5 against k = 10)"
+        out = page.out / f"more_passages_{b.slug}.csv"
+        md, body, csv = more_section(d.full, d.rows_of("passages"), b.profile, b.gen, out)
+    if md and (csv or which == FAILS or not page.archive):
+        page.md.append(f"{page.h(3, title)}\n\n{md}")
+        page.html(title, body)
+    if csv:
+        page.written.append(csv)
+
+
+FAILS_VIEW = View("retrieval", "retrieval", lambda p, d, b: _render(p, d, b, FAILS))
+# rows run with dataset.top_k: never ranked or compared with the default k's anywhere else
+MORE_VIEW = View(
+    "passages",
+    "passages",
+    lambda p, d, b: _render(p, d, b, MORE),
+    owns=with_top_k,
+)

@@ -24,6 +24,7 @@ import pandas as pd
 from harness.metrics import corpus_cr
 from harness.stats import RESAMPLES, SEED, bootstrap_ci, paired_bootstrap
 from leaderboard.collect import read_records
+from leaderboard.page import Block, Data, Page, View
 from leaderboard.tables import DAGGER, datasets, label
 
 SUFFIX = "_budget"
@@ -37,9 +38,14 @@ def is_budget(variant: str) -> bool:
     return str(variant).endswith(SUFFIX)
 
 
+def owned(df: pd.DataFrame) -> pd.Series:
+    """The budget rows of collected runs: only this view reads them (``VIEW.owns``)."""
+    return df.variant.map(is_budget).astype(bool)
+
+
 def split_budget(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(every other row, the budget rows): only this view reads the second."""
-    mask = df.variant.map(is_budget).astype(bool)
+    mask = owned(df)
     return df[~mask].reset_index(drop=True), df[mask].reset_index(drop=True)
 
 
@@ -209,3 +215,18 @@ def section(
     md.append("".join(f"- {x}\n" for x in said))
     body.append(html.points(said))
     return "\n".join(md), "".join(body), csv
+
+
+def render(page: Page, d: Data, b: Block) -> None:
+    """The budget variants beside CompSelect on the same questions, under each reader, with
+    ``budget_<profile>_<generator>.csv``."""
+    if page.archive:
+        return
+    from leaderboard.views.readers import reader_blocks
+
+    gens = reader_blocks(d.full, b.profile, b.gen)
+    page.view(*section(d.full, d.rows_of("budget"), gens, b.profile, page.out / f"budget_{b.slug}.csv"))
+
+
+# the budget rows are run on the shuffled 200: in Table 2 they would shrink its shared questions
+VIEW = View("budget", "budget", render, owns=owned)
