@@ -34,6 +34,20 @@ bootstrap of SubEM (``first_line``) between two methods on the questions both ra
         --tokenizer embedded:gemma3-270m --out research/prompt_selection/gemma3-figures-n50.csv
     python -m research.prompt_selection.select results-prompt-selection-gemma --paired full,naive --n 100 \\
         --out research/prompt_selection/gemma3-full-vs-naive-n100.csv
+
+Qwen2.5-Coder-0.5B-Instruct (``generator=qwen25_05b_vllm``), among four chat templates, then ``naive`` under the
+chosen one for the paired test (issue 93)::
+
+    python -m harness -m generator=qwen25_05b_vllm generator.prompt=documents_first,paper,no_example,answer_cue \\
+        generator.answer=paper method=full,oracle_sentences dataset=nq,triviaqa,hotpotqa dataset.split=train \\
+        dataset.sample=shuffled limit=50 latency.samples=0 results_dir=results-prompt-selection-qwen05b
+    python -m research.prompt_selection.select results-prompt-selection-qwen05b --n 50 --cap 16 \\
+        --tokenizer embedded:qwen2.5-coder-0.5b-instruct --out research/prompt_selection/qwen25-05b-figures-n50.csv
+    python -m harness -m generator=qwen25_05b_vllm generator.prompt=documents_first generator.answer=paper \\
+        method=naive dataset=nq,triviaqa,hotpotqa dataset.split=train dataset.sample=shuffled limit=50 \\
+        latency.samples=0 results_dir=results-prompt-selection-qwen05b
+    python -m research.prompt_selection.select results-prompt-selection-qwen05b --paired full,naive --n 50 \\
+        --out research/prompt_selection/qwen25-05b-full-vs-naive-n50.csv
 """
 
 from __future__ import annotations
