@@ -139,9 +139,40 @@ def test_exported_contexts_give_the_same_predictions_back_under_the_same_generat
 
 @pytest.mark.slow
 def test_export_from_the_archive_fails_in_one_line():
-    with pytest.raises(ExportError, match="no context key") as e:
+    """Every Table 2 row at every question: rows not remade yet hold no context key, the backfilled ones hold
+    texts for their shuffled 200 only."""
+    with pytest.raises(ExportError, match=r"no context key|keep no context text") as e:
         export_contexts(REPO / "leaderboard" / "runs", "/nonexistent/x.jsonl.gz")
     assert "\n" not in str(e.value)
+
+
+BACKFILLED = ["naive", "full", "top1", "bm25", "bge_reranker", "recomp_extr"]  # remade 2026-12-06 (issue 93)
+
+
+def test_a_clone_exports_the_backfilled_headline_contexts_and_they_hash_as_archived(tmp_path):
+    """From the repository alone: the headline block's backfilled rows on the shuffled 200, each context's text
+    (from leaderboard/runs/contexts/) re-rendered from its documents hashing to the archived record's hash."""
+    from harness.prompt import render_documents
+    from leaderboard.collect import read_records
+
+    runs = REPO / "leaderboard" / "runs"
+    out = export_contexts(runs, tmp_path / "c.jsonl.gz", variants=BACKFILLED, limit=200)
+    manifest, lines = read_contexts_file(out)
+    assert {(r["method"], r["dataset"]) for r in manifest["rows"]} == {
+        (m, d) for m in BACKFILLED for d in ("nq", "triviaqa", "hotpotqa")
+    }
+    assert all(r["n"] == 200 for r in manifest["rows"])
+    block = runs / "embedded" / manifest["generator"]
+    archived = {}
+    for m in BACKFILLED:
+        for d in ("nq", "triviaqa", "hotpotqa"):
+            folder = block / d / m / "dataset.sample=shuffled,dataset.seed=0"
+            archived |= {(m, d, r["id"]): r["context_sha1"] for r in read_records(folder, 200)}
+    import hashlib
+
+    for x in lines:
+        text = render_documents(x["documents"]) if x["documents"] else ""
+        assert hashlib.sha1(text.encode()).hexdigest()[:12] == archived[(x["method"], x["dataset"], x["id"])]
 
 
 def _key(*overrides: str) -> str | None:
