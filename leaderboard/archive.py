@@ -109,7 +109,7 @@ def archive(
         incoming = incoming[incoming.generator.isin(list(generators))]
     have = collect(dest) if dest.is_dir() else pd.DataFrame()
     archived = {tuple(r[k] for k in KEY): (r.finished, r.folder) for _, r in have.iterrows() if "folder" in r}
-    written = []
+    written, texts = [], {}
     for _, row in incoming.iterrows():
         key = tuple(row[k] for k in KEY)
         if key in archived:
@@ -118,8 +118,10 @@ def archive(
                 continue
             _clear(Path(folder))  # the superseded run of this key, wherever it was archived
         target = dest / row.relpath
-        context_store.add(dest, row.dataset, _write_run(row, target))
+        texts.setdefault(row.dataset, []).extend(_write_run(row, target))
         written.append(target)
+    for dataset, records in texts.items():  # the store read and appended once per dataset, not once per run
+        context_store.add(dest, dataset, records)
     return written
 
 
