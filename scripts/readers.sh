@@ -6,9 +6,14 @@
 #   scripts/readers.sh remake      # the 13 Table 2 rows + top1 under the headline generator (SmolLM2), shuffled 200
 #   scripts/readers.sh backfill    # their texts and context keys into leaderboard/runs (backfill-contexts)
 #   scripts/readers.sh read05b     # Qwen2.5-Coder-0.5B-Instruct reads every remade context
+#   scripts/readers.sh clone05b    # from a fresh clone, no results root: the 0.5B reads the archive's own contexts of
+#                                  # ROWS (default compselect) on DATASETS (default nq), the shuffled 200; no
+#                                  # compressor model loads (summary.json: run.method_bound false)
 #   scripts/readers.sh read15b     # the 1.5B (bash scripts/install.sh --qwen15b): the issue's minimum rows first,
 #                                  # NQ 200, TriviaQA and HotpotQA 100; LIMIT=200 for the shuffled 200 of each
 #
+# ROWS=a,b,... (remake, read05b) runs those rows only, in that order (the sweep runs each row's datasets before the
+# next row's); DATASETS=nq,... those datasets only.
 # DRY_RUN=1 prints each command instead of running it. Then archive the Qwen blocks only (the remade SmolLM2 runs
 # are newer than the archived full-n headline runs and would replace them with 200-question ones):
 #   python -m leaderboard archive RESULTS leaderboard/runs --generators <the Qwen blocks' names>
@@ -17,6 +22,7 @@ cd "$(dirname "$0")/.."
 
 TABLE2=naive,full,top1,bm25,bge_reranker,recomp_extr,recomp_abs,longllmlingua,selective_context,exit,refiner,compselect,finefilter,oracle_sentences
 MINIMUM=naive,full,top1,bm25,bge_reranker,recomp_extr,refiner,compselect,finefilter,exit,oracle_sentences
+given=${RESULTS:-}
 RESULTS=${RESULTS:-results-readers}
 PY=${PYTHON:-.venv/bin/python}
 sample=(dataset.sample=shuffled dataset.seed=0 latency.samples=0 "results_dir=$RESULTS")
@@ -26,16 +32,26 @@ run() {
 }
 
 case "${1:-}" in
-  remake) run "$PY" -m harness -m "method=$TABLE2" dataset=nq,triviaqa,hotpotqa limit=200 "${sample[@]}" ;;
+  remake) run "$PY" -m harness -m "method=${ROWS:-$TABLE2}" "dataset=${DATASETS:-nq,triviaqa,hotpotqa}" limit=200 "${sample[@]}" ;;
   backfill) run "$PY" -m leaderboard backfill-contexts "$RESULTS" leaderboard/runs ;;
   read05b)
-    run "$PY" -m harness -m generator=qwen25_05b_vllm "method=$TABLE2" dataset=nq,triviaqa,hotpotqa limit=200 \
+    run "$PY" -m harness -m generator=qwen25_05b_vllm "method=${ROWS:-$TABLE2}" "dataset=${DATASETS:-nq,triviaqa,hotpotqa}" limit=200 \
       "${sample[@]}"
+    ;;
+  clone05b)
+    RESULTS=${given:-results-clone}  # a root of its own: its runs must find no remade contexts to reuse
+    sample=(dataset.sample=shuffled dataset.seed=0 latency.samples=0 "results_dir=$RESULTS")
+    mkdir -p "$RESULTS"
+    file="$(cd "$RESULTS" && pwd)/contexts-archive.jsonl.gz"
+    run "$PY" -m leaderboard export-contexts leaderboard/runs "$file" --variants "${ROWS:-compselect}" \
+      --datasets "${DATASETS:-nq}" --limit 200
+    run "$PY" -m harness -m generator=qwen25_05b_vllm "method=${ROWS:-compselect}" "dataset=${DATASETS:-nq}" limit=200 \
+      "contexts=$file" "${sample[@]}"
     ;;
   read15b)
     run "$PY" -m harness -m generator=qwen25_15b_vllm "method=$MINIMUM" dataset=nq "limit=${LIMIT:-200}" "${sample[@]}"
     run "$PY" -m harness -m generator=qwen25_15b_vllm "method=$MINIMUM" dataset=triviaqa,hotpotqa \
       "limit=${LIMIT:-100}" "${sample[@]}"
     ;;
-  *) echo "usage: $0 remake|backfill|read05b|read15b" >&2; exit 2 ;;
+  *) echo "usage: $0 remake|backfill|read05b|clone05b|read15b" >&2; exit 2 ;;
 esac

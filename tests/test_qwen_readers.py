@@ -145,3 +145,34 @@ def test_the_05b_reader_answers_a_real_nq_question_from_its_gold_passage():
     print(repr(ex.question), repr(out.text), ex.answers)
     assert out.answer.strip() and not echo(out.answer, ex.question)
     assert subem(out.answer, ex.answers)
+
+
+@pytest.mark.slow
+@needs_qwen05
+def test_the_05b_reads_the_archived_compselect_nq_contexts_without_a_compressor(tmp_path):
+    """Issue 93's fresh-clone path (``scripts/readers.sh clone05b``) on the first two of the shuffled 200: the
+    contexts come from the archive alone (leaderboard/runs: the records' hashes, the store's texts), the 0.5B
+    reads them on vLLM, and no CompSelect model is bound; each context hashes as the archived record's."""
+    from harness.api import evaluate
+    from leaderboard.collect import read_records
+    from leaderboard.contexts import export_contexts
+
+    runs = Path(__file__).resolve().parents[1] / "leaderboard" / "runs"
+    file = export_contexts(runs, tmp_path / "c.jsonl.gz", variants=["compselect"], datasets=["nq"], limit=2)
+    sample = ["dataset.sample=shuffled", "dataset.seed=0", "latency.samples=0", "generator.max_model_len=2048"]
+    run = evaluate(
+        "compselect",
+        "nq",
+        limit=2,
+        overrides=["generator=qwen25_05b_vllm", f"contexts={file}", *sample],
+        results_dir=str(tmp_path / "res"),
+    )
+    assert run.summary["run"]["method_bound"] is False and run.summary["reused_contexts"] == 2
+    assert run.summary["generator_info"]["model"]["sha256"] == models.QWEN25_05B.sha256
+    folder = next((runs / "embedded").glob("smollm2-*-documents_first-unlabelled/nq/compselect/*shuffled*"))
+    archived = {r["id"]: r["context_sha1"] for r in read_records(folder, 200)}
+    from leaderboard.context_store import sha1
+
+    for r in run.records.to_dict("records"):
+        assert sha1(r["context"]) == archived[r["id"]] and r["prediction"].strip()
+        print(r["id"], repr(r["prediction"]), r["answers"])

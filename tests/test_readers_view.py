@@ -243,3 +243,24 @@ def test_top1_stands_in_figure1_but_in_no_ranking_or_verdict(tmp_path):
     assert "top1" not in after[0].marks and "top1" not in [r[0] for r in readers.side_by_side(after[0])[1]]
     assert [t.tau for t in after[0].tau.values()] == [t.tau for t in before[0].tau.values()]
     assert readers.figure1(before)[0][1][1] == "full"  # without top1 under every reader: the figure as it was
+
+
+def test_a_reader_that_has_not_read_a_dataset_leaves_the_others_comparison_of_it(tmp_path):
+    """A third reader that has read NQ only (a pass still under way): NQ compares three readers, TriviaQA the two
+    that read it, each reader keeping its number everywhere; its cells elsewhere are '-'."""
+    from test_leaderboard import grid
+
+    res = tmp_path / "res"
+    for gen, ds in (("gen-a", ("nq", "triviaqa")), ("gen-b", ("nq", "triviaqa")), ("gen-c", ("nq",))):
+        grid(res, n=40, generator=gen, datasets=ds)
+        for s in (res / "embedded" / gen).rglob("summary.json"):
+            summary = json.loads(s.read_text())
+            summary["generator_info"]["model"] = {"ref": f"embedded:{gen}", "sha256": "a" * 64}
+            s.write_text(json.dumps(summary))
+    frame = tables.ordered(collect(res))
+    cs = readers.compare_all(frame, ["gen-a", "gen-b", "gen-c"], "embedded", resamples=50)
+    assert [(c.dataset, c.gens) for c in cs] == [("nq", ["gen-a", "gen-b", "gen-c"]), ("triviaqa", ["gen-a", "gen-b"])]
+    assert cs[1].name("gen-b") == "reader 2" and cs[1].everyone == ["gen-a", "gen-b", "gen-c"]
+    _, rows = readers.figure1(cs)
+    assert rows[2][0] == "reader 3" and rows[2][-3:] == ["-", "-", "-"] and "-" not in rows[2][1:4]
+    assert set(readers.frame(cs, {}).query("dataset == 'triviaqa'").reader) == {1, 2}

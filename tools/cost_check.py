@@ -30,6 +30,8 @@ AS_RAN = {
     # them (``--merge`` adds a transformers table's shapes with this suffix)
     "embedded:smollm2-135m-instruct|module": "smollm2_135m_transformers",
     "embedded:gemma3-270m": "gemma3_270m",
+    "embedded:qwen2.5-coder-0.5b-instruct": "qwen25_05b",
+    "embedded:qwen2.5-coder-1.5b-instruct": "qwen25_15b",
     "embedded:all-minilm-l6-v2": "minilm_l6",
 }
 READER_SHAPE = "smollm2_135m"

@@ -5,12 +5,14 @@ module here and one entry in ``VIEWS``; ``publish`` does not change."""
 from __future__ import annotations
 
 from leaderboard.page import View
-from leaderboard.views import budget, compare_view, ranks, readers, retrieval, scale
+from leaderboard.views import budget, compare_view, kept, ranks, readers, retrieval, scale, size
 
 # in reading order within each section (the sections' own order is leaderboard.sections); the rows a view owns
 # follow every other run in runs.csv in this order
 VIEWS: list[View] = [
     readers.VIEW,
+    size.VIEW,
+    kept.VIEW,
     retrieval.FAILS_VIEW,
     retrieval.MORE_VIEW,
     budget.VIEW,

@@ -20,7 +20,7 @@ Nothing here loads a model.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
 
@@ -114,6 +114,16 @@ class Readers:
     left: list[str]  # Table 2 variants missing under some reader
     tau: dict[str, Tau]  # per reader after the first: against the first
     marks: dict[str, str]  # per variant other than full: verdict across readers
+    scores: dict[str, np.ndarray] = field(default_factory=dict)  # per reader: (ranked rows, questions) 0/1 SubEM
+    names: dict[str, str] = field(default_factory=dict)  # every compared reader (all datasets) -> "reader k"
+
+    def name(self, gen: str) -> str:
+        return (self.names or _names(self.gens))[gen]
+
+    @property
+    def everyone(self) -> list[str]:
+        """Every reader of the comparison, those that did not read this dataset included."""
+        return list(self.names or _names(self.gens))
 
     def row(self, gen: str, variant: str) -> pd.Series:
         return self.rows[(self.rows.generator == gen) & (self.rows.variant == variant)].iloc[0]
@@ -157,10 +167,10 @@ def compare(
     def matrix(g: str) -> np.ndarray:
         return np.array([[subem[g, v][q] for q in key] for v in ranked], dtype=float)
 
-    first = matrix(gens[0])
-    tau = {g: tau_interval(first, matrix(g), resamples, seed) for g in gens[1:]}
+    scores = {g: matrix(g) for g in gens}
+    tau = {g: tau_interval(scores[gens[0]], scores[g], resamples, seed) for g in gens[1:]}
     left = variant_order(sorted(set.union(*per.values()) - common))
-    return Readers(dataset, list(gens), len(ids), scored, left, tau, marks)
+    return Readers(dataset, list(gens), len(ids), scored, left, tau, marks, scores)
 
 
 def compare_all(
@@ -171,10 +181,18 @@ def compare_all(
     resamples: int = RESAMPLES,
     seed: int = SEED,
 ) -> list[Readers]:
-    """``compare`` on every dataset the first reader has, in the tables' order."""
-    first = full[(full.profile == profile) & (full.generator == gens[0])]
-    out = [compare(full, gens, profile, d, baseline, resamples, seed) for d in datasets(first)]
-    return [r for r in out if r is not None]
+    """``compare`` on every dataset the first reader has, in the tables' order, among the readers that read its
+    ``baseline`` there (at least two; a reader that has not read a dataset yet leaves the others' comparison of it
+    standing). Reader numbers are the same on every dataset."""
+    rows = full[(full.profile == profile) & (full.variant == baseline)]
+    out = []
+    for d in datasets(full[(full.profile == profile) & (full.generator == gens[0])]):
+        here = [g for g in gens if ((rows.generator == g) & (rows.dataset == d)).any()]
+        c = compare(full, here, profile, d, baseline, resamples, seed) if len(here) > 1 else None
+        if c is not None:
+            c.names = _names(gens)
+            out.append(c)
+    return out
 
 
 def _names(gens: list[str]) -> dict[str, str]:
@@ -191,9 +209,8 @@ def _delta(r) -> str:
 def side_by_side(c: Readers, baseline: str = "full") -> tuple[list[tuple[str, str]], list[list[str]]]:
     """One dataset's table: per row, each reader's SubEM, CR, echo and difference from its ``baseline``, then the
     verdict across readers. Columns are (reader, metric) pairs."""
-    names = _names(c.gens)
     cols = [("", "Method")]
-    cols += [(f"{names[g]}", m) for g in c.gens for m in ("SubEM", "CR", "Echo %", f"Δ SubEM vs {baseline}")]
+    cols += [(c.name(g), m) for g in c.gens for m in ("SubEM", "CR", "Echo %", f"Δ SubEM vs {baseline}")]
     cols.append(("", "verdict across readers"))
     rows = []
     for v in variant_order(sorted(set(c.rows.variant) - {TOP1})):
@@ -215,18 +232,19 @@ def figure1(cs: list[Readers], baseline: str = "full") -> tuple[list[tuple[str, 
     if not cs:
         return cols, []
     rows = []
-    for k, g in enumerate(cs[0].gens):
-        cells = [f"reader {k + 1}"]
+    for g in cs[0].everyone:
+        cells = [cs[0].name(g)]
         for c in cs:
-            cells += [fmt(c.row(g, v).subem, "{:.1f}") for v in shown] + [_delta(c.row(g, ORACLE))]
+            there = g in c.gens
+            cells += [fmt(c.row(g, v).subem, "{:.1f}") if there else "-" for v in shown]
+            cells.append(_delta(c.row(g, ORACLE)) if there else "-")
         rows.append(cells)
     return cols, rows
 
 
 def _tau_text(c: Readers) -> str:
-    names = _names(c.gens)
     parts = [
-        f"{names[g]} against reader 1: {t.tau:.2f} [{t.lo:.2f}, {t.hi:.2f}]" for g, t in c.tau.items() if t.rows > 1
+        f"{c.name(g)} against reader 1: {t.tau:.2f} [{t.lo:.2f}, {t.hi:.2f}]" for g, t in c.tau.items() if t.rows > 1
     ]
     rows = next(iter(c.tau.values())).rows if c.tau else 0
     return (
@@ -241,7 +259,7 @@ def _join(items: list[str], none: str = "no dataset") -> str:
 
 def _verdicts_said(cs: list[Readers], baseline: str) -> str:
     """Which of reader 1's significant differences from ``baseline`` (non-oracle rows) hold under every reader."""
-    first, who = cs[0].gens[0], "every other reader" if len(cs[0].gens) > 2 else "reader 2"
+    first, who = cs[0].gens[0], "every other reader" if len(cs[0].everyone) > 2 else "reader 2"
     found = [(c, v) for c in cs for v in c.marks if v != ORACLE and bool(c.row(first, v).sig_subem)]
     if not found:
         return f"Reader 1 finds no non-oracle row significantly different from `{baseline}`."
@@ -261,7 +279,7 @@ def _verdicts_said(cs: list[Readers], baseline: str) -> str:
 def _rankings_said(cs: list[Readers], baseline: str) -> str:
     """Per reader, where non-oracle rows beat ``baseline`` significantly; where the rankings agree beyond chance."""
     per = []
-    for k, g in enumerate(cs[0].gens):
+    for g in cs[0].everyone:
         counts = []
         for c in cs:
             up = sum(
@@ -270,7 +288,7 @@ def _rankings_said(cs: list[Readers], baseline: str) -> str:
                 if r.generator == g and r.variant != ORACLE
             )
             counts += [f"{up} on {label(c.dataset)}"] if up else []
-        per.append(f"{_join(counts, 'none')} under reader {k + 1}")
+        per.append(f"{_join(counts, 'none')} under {cs[0].name(g)}")
     agree = [label(c.dataset) for c in cs if c.tau and all(t.lo > 0 for t in c.tau.values())]
     rest = [label(c.dataset) for c in cs if c.tau and label(c.dataset) not in agree]
     return (
@@ -308,13 +326,13 @@ def frame(cs: list[Readers], models: dict[str, str | None]) -> pd.DataFrame:
     the reader's tau against reader 1 (the CSV)."""
     out = []
     for c in cs:
-        for k, g in enumerate(c.gens):
+        for g in c.gens:
             t = c.tau.get(g)
             for r in c.rows[c.rows.generator == g].itertuples():
                 out.append(
                     {
                         "dataset": c.dataset,
-                        "reader": k + 1,
+                        "reader": c.everyone.index(g) + 1,
                         "generator": g,
                         "generator_model": models.get(g),
                         "variant": r.variant,

@@ -188,9 +188,66 @@ def sentences(figs: pd.DataFrame) -> str:
     return " ".join(said)
 
 
+def relative_compute(figs: pd.DataFrame, dataset: str, params: Sequence[float]) -> dict[str, list[float]]:
+    """Per row of ``dataset``, its compute per question over ``full``'s at each reader size in ``params``:
+    (compressor FLOPs + 2 x p x reader tokens) / (``full``'s)."""
+    d = figs[figs.dataset == dataset]
+    full = d[d.variant == "full"].iloc[0]
+
+    def flops(r: Any, p: float) -> float:
+        return float(r.compressor_tflops) * 1e12 + 2.0 * p * float(r.reader_tokens)
+
+    return {r.variant: [flops(r, p) / flops(full, p) for p in params] for r in d.itertuples()}
+
+
+def compute_plot(figs: pd.DataFrame, path: Path) -> Path:
+    """Per dataset, each row's compute relative to ``full`` against reader size (log-log, 135M to 70B): the
+    embedded readers (``reader_sizes.yaml``) dashed, the papers' readers dotted, break-even at 1.0."""
+    import numpy as np
+
+    from leaderboard.plots import _plt, _save_png
+    from leaderboard.views.size import sizes
+
+    plt = _plt()
+    embedded = sorted((int(e["params"]), str(e["size"])) for e in sizes().values())
+    table = cm.DeviceTable.load(DEVICE)
+    papers = [(table.params(r), SHORT[r]) for r in cm.READERS]
+    grid = np.geomspace(1e8, 1e11, 200)
+    ds = [d for d in datasets(figs) if (figs[figs.dataset == d].variant == "full").any()]
+    fig, axes = plt.subplots(1, len(ds), figsize=(4.6 * len(ds), 4.4), squeeze=False, sharey=True)
+    colours = plt.get_cmap("tab20").colors
+    for ax, d in zip(axes[0], ds, strict=True):
+        for k, (v, ys) in enumerate(relative_compute(figs, d, grid).items()):
+            if v != "full":
+                ax.plot(grid, ys, lw=1.4, color=colours[k % len(colours)], label=v)
+        ax.axhline(1.0, color="black", lw=1)
+        for p, name in embedded:
+            ax.axvline(p, color="0.5", ls="--", lw=0.8)
+            ax.annotate(name, (p, 1.0), xycoords=("data", "axes fraction"), rotation=90, fontsize=7, va="top")
+        for p, name in papers:
+            ax.axvline(p, color="0.75", ls=":", lw=0.8)
+            ax.annotate(name, (p, 0.0), xycoords=("data", "axes fraction"), rotation=90, fontsize=7, va="bottom")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("reader parameters (log)")
+        ax.set_title(label(d))
+        ax.grid(alpha=0.2)
+    axes[0][0].set_ylabel("compute per question / full's (log; below 1: cheaper)")
+    handles, names = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, names, loc="lower center", ncol=min(len(names), 7), fontsize=8)
+    fig.suptitle(
+        "Compute relative to full by reader size: where a row crosses 1.0 it breaks even "
+        "(dashed: the embedded readers; dotted: the papers')"
+    )
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
+    _save_png(fig, path)
+    plt.close(fig)
+    return path
+
+
 def section(results: str | Path, profile: str, generator: str, csv: Path) -> tuple[str, str, Path | None]:
-    """The view's Markdown, HTML and CSV for the block (profile, generator); ``("", "", None)`` without recounted
-    records of it."""
+    """The view's Markdown, HTML and CSV for the block (profile, generator), and beside the CSV its picture
+    (``compute_plot``, same stem, ``.png``); ``("", "", None)`` without recounted records of it."""
     from leaderboard import html
 
     tokens = read_tokens(results)
@@ -203,7 +260,9 @@ def section(results: str | Path, profile: str, generator: str, csv: Path) -> tup
     figs = row_figures(tokens, table)
     long_form(figs, tokens, table).to_csv(csv, index=False)
     key = legend(tokens)
-    md, body = [f"{key}\n"], [html.note(key)]
+    png = compute_plot(figs, csv.with_suffix(".png"))
+    md = [f"{key}\n", f"![compute relative to full by reader size]({png.name})\n"]
+    body = [html.note(key), html.figure(profile, generator, png)]
     papers = paper_figures()
     for dataset in figs.dataset.unique():
         lines = markdown_table(figs, dataset, papers)
@@ -263,7 +322,9 @@ def render(page: Page, d: Data, b: Block) -> None:
     """The headline's Table 2 rows at the papers' reader sizes on a GPU, predicted from their recounted tokens,
     with ``scale_<profile>_<generator>.csv``; nothing without recounted records."""
     if not page.archive:
-        page.view(*section(d.results, b.profile, b.gen, page.out / f"scale_{b.slug}.csv"))
+        md, body, csv = section(d.results, b.profile, b.gen, page.out / f"scale_{b.slug}.csv")
+        page.view(md, body, csv)
+        page.written += [csv.with_suffix(".png")] if csv else []
 
 
 VIEW = View("scale", "scale", render)
