@@ -83,9 +83,15 @@ def add(archive: str | Path, dataset: str, records: Iterable[dict[str, Any]]) ->
     return len(new)
 
 
-def documents_of(line: dict[str, Any]) -> list[str]:
-    """The documents of a held context as the generator was given them."""
-    return line["documents"] if "documents" in line else split_documents(line["context"])
+def documents_of(line: dict[str, Any]) -> list[str] | None:
+    """The documents of a held context as the generator was given them; None for a text that is no rendering of
+    documents and kept none (a hand-made record's)."""
+    if "documents" in line:
+        return line["documents"]
+    try:
+        return split_documents(line["context"])
+    except ValueError:
+        return None
 
 
 def fill(records: list[dict[str, Any]], archive: str | Path, dataset: str) -> list[dict[str, Any]]:
@@ -96,5 +102,9 @@ def fill(records: list[dict[str, Any]], archive: str | Path, dataset: str) -> li
     out = []
     for r in records:
         line = None if "context" in r else store.get(r.get("context_sha1", ""))
-        out.append(r if line is None else {**r, "context": line["context"], "documents": documents_of(line)})
+        if line is None:
+            out.append(r)
+            continue
+        docs = documents_of(line)
+        out.append({**r, "context": line["context"], **({"documents": docs} if docs is not None else {})})
     return out

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from harness.stats import RESAMPLES, SEED
 from leaderboard import html
 
 
@@ -70,6 +71,8 @@ class Data:
     passes: pd.DataFrame  # latency passes (tools.latency_pass), compared within a pass only
     owned: dict[str, pd.DataFrame] = field(default_factory=dict)  # per view name, the rows only it reads
     results: Path = Path(".")  # the results root (the scale view reads its recounted tokens there)
+    resamples: int = RESAMPLES  # publish's bootstrap resamples and seed, for the views that bootstrap
+    seed: int = SEED
 
     def rows_of(self, view: str) -> pd.DataFrame:
         """The rows the view ``view`` owns (``View.owns``); empty when it owns none."""

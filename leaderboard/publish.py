@@ -729,6 +729,8 @@ def publish(
         passes.compare(passes.read_passes(results)),
         owned,
         Path(results),
+        resamples,
+        seed,
     )
     page = Page(out, written=[out / "runs.csv", out / "latency.csv", out / "reference.csv"])
     if not d.passes.empty:

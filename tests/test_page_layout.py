@@ -1,7 +1,7 @@
 """The published page read at a glance, on the committed runs (leaderboard/runs: real SmolLM2 records): Table 2
 fits a 1400 x 900 screen, the SubEM-CR plot's labels never overlap (matplotlib's drawn extents, and the boxes the
 browser draws), every point names itself on hover, the contents bar reaches every section, each section says what
-it answers or that it is empty, and index.html stays one offline file under 3 MB. The browser tests drive Debian's
+it answers or that it is empty, and index.html stays one offline file under 4 MB. The browser tests drive Debian's
 chromium through Playwright (conftest's ``browser``: skipped only when either is absent, failed instead under
 RAG_HARNESS_REQUIRE_BROWSER=1, as in CI)."""
 
@@ -23,7 +23,7 @@ from leaderboard.sections import SECTIONS
 from leaderboard.tables import datasets
 
 RUNS = Path(__file__).resolve().parents[1] / "leaderboard" / "runs"
-MAX_BYTES = 3_000_000
+MAX_BYTES = 4_000_000  # 3 MB until the readers at size (issue 93): each reader block adds ~0.3 MB
 VIEWPORT = {"width": 1400, "height": 900}
 
 
@@ -46,7 +46,7 @@ def _overlaps(boxes: list[tuple[float, float, float, float]]) -> list[tuple[int,
 
 
 @pytest.mark.slow
-def test_index_html_is_one_offline_file_under_3_mb(published):
+def test_index_html_is_one_offline_file_under_4_mb(published):
     page = (published / "index.html").read_text(encoding="utf-8")
     assert (published / "index.html").stat().st_size < MAX_BYTES
     assert 'src="http' not in page and "fetch(" not in page  # everything inline: no network, no file beside it

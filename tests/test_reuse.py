@@ -146,30 +146,38 @@ def test_export_from_the_archive_fails_in_one_line():
     assert "\n" not in str(e.value)
 
 
-BACKFILLED = ["naive", "full", "top1", "bm25", "bge_reranker", "recomp_extr"]  # remade 2026-12-06 (issue 93)
+BACKFILLED = {  # remade and backfilled (issue 93): 2026-12-06 the first six rows, 2026-12-07 NQ's LM compressors
+    d: ["naive", "full", "top1", "bm25", "bge_reranker", "recomp_extr"] for d in ("nq", "triviaqa", "hotpotqa")
+}
+BACKFILLED["nq"] += [
+    "recomp_abs", "longllmlingua", "selective_context", "exit", "refiner", "compselect", "finefilter",
+    "oracle_sentences",
+]  # fmt: skip
 
 
 def test_a_clone_exports_the_backfilled_headline_contexts_and_they_hash_as_archived(tmp_path):
     """From the repository alone: the headline block's backfilled rows on the shuffled 200, each context's text
     (from leaderboard/runs/contexts/) re-rendered from its documents hashing to the archived record's hash."""
+    import hashlib
+
     from harness.prompt import render_documents
     from leaderboard.collect import read_records
 
     runs = REPO / "leaderboard" / "runs"
-    out = export_contexts(runs, tmp_path / "c.jsonl.gz", variants=BACKFILLED, limit=200)
-    manifest, lines = read_contexts_file(out)
-    assert {(r["method"], r["dataset"]) for r in manifest["rows"]} == {
-        (m, d) for m in BACKFILLED for d in ("nq", "triviaqa", "hotpotqa")
-    }
-    assert all(r["n"] == 200 for r in manifest["rows"])
+    lines, rows = [], set()
+    for d, variants in BACKFILLED.items():
+        out = export_contexts(runs, tmp_path / f"{d}.jsonl.gz", variants=variants, datasets=[d], limit=200)
+        manifest, got = read_contexts_file(out)
+        assert all(r["n"] == 200 for r in manifest["rows"])
+        rows |= {(r["method"], r["dataset"]) for r in manifest["rows"]}
+        lines += got
+    assert rows == {(m, d) for d, variants in BACKFILLED.items() for m in variants}
     block = runs / "embedded" / manifest["generator"]
     archived = {}
-    for m in BACKFILLED:
-        for d in ("nq", "triviaqa", "hotpotqa"):
+    for d, variants in BACKFILLED.items():
+        for m in variants:
             folder = block / d / m / "dataset.sample=shuffled,dataset.seed=0"
             archived |= {(m, d, r["id"]): r["context_sha1"] for r in read_records(folder, 200)}
-    import hashlib
-
     for x in lines:
         text = render_documents(x["documents"]) if x["documents"] else ""
         assert hashlib.sha1(text.encode()).hexdigest()[:12] == archived[(x["method"], x["dataset"], x["id"])]

@@ -96,6 +96,8 @@ def compare(
     """``dataset``'s rows under the readers ``gens`` on their shared questions; None without ``full``'s texts."""
     t2 = full[(full.profile == profile) & (full.dataset == dataset) & full.variant.isin(table2_variants() | {TOP1})]
     t2 = t2[t2.generator.isin(gens)]
+    if not gens:
+        return None
     common = set.intersection(*(set(t2[t2.generator == g].variant) for g in gens))
     rows = t2[t2.variant.isin(common)]
     score, kept = _scores(rows, archive, dataset)
@@ -226,7 +228,7 @@ def render(page: Page, d: Data, b: Block) -> None:
     """The headline block's kept-and-read tables under every reader, with ``kept_<profile>_<generator>.csv``;
     nothing in an archived block."""
     if not page.archive:
-        page.view(*section(d, b, page.out))
+        page.view(*section(d, b, page.out, d.resamples))
 
 
 VIEW = View("kept", "kept", render)

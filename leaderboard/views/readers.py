@@ -363,11 +363,11 @@ def _both(
 
 
 def section(
-    full: pd.DataFrame, gens: list[str], profile: str, baseline: str, csv: Path
+    full: pd.DataFrame, gens: list[str], profile: str, baseline: str, csv: Path, resamples: int = RESAMPLES
 ) -> tuple[str, str, Path | None]:
     """The "Across readers" view of the blocks ``gens`` (reader 1 first): its Markdown, its HTML and the CSV
     written (``("", "", None)`` when no dataset could be compared)."""
-    cs = compare_all(full, gens, profile, baseline)
+    cs = compare_all(full, gens, profile, baseline, resamples)
     if not cs:
         return "", "", None
     models = {g: reader_model(full[(full.profile == profile) & (full.generator == g)]) for g in gens}
@@ -409,7 +409,7 @@ def render(page: Page, d: Data, b: Block) -> None:
         return
     gens = reader_blocks(d.full, b.profile, b.gen)
     if len(gens) >= 2:
-        page.view(*section(d.full, gens, b.profile, b.baseline, page.out / f"readers_{b.slug}.csv"))
+        page.view(*section(d.full, gens, b.profile, b.baseline, page.out / f"readers_{b.slug}.csv", d.resamples))
 
 
 VIEW = View("readers", "readers", render)

@@ -298,7 +298,7 @@ def render(page: Page, d: Data, b: Block) -> None:
     an archived block."""
     if page.archive:
         return
-    md, body, files = section(d.full, b.profile, b.gen, page.out, b.slug)
+    md, body, files = section(d.full, b.profile, b.gen, page.out, b.slug, d.resamples)
     if files:
         page.md.append(md)
         page.add(body)
