@@ -71,7 +71,9 @@ def split(s: np.ndarray, k: np.ndarray, sf: np.ndarray, kf: np.ndarray) -> np.nd
     return 100 * np.stack([(k1 - k0) * a0, k1 * (a1 - a0), (1 - k1) * b1 - (1 - k0) * b0], axis=-1)
 
 
-def intervals(s, k, sf, kf, resamples: int = RESAMPLES, seed: int = SEED) -> np.ndarray:
+def intervals(
+    s: np.ndarray, k: np.ndarray, sf: np.ndarray, kf: np.ndarray, resamples: int = RESAMPLES, seed: int = SEED
+) -> np.ndarray:
     """(3, 2): each part's percentile bootstrap interval, the questions resampled with replacement."""
     idx = np.random.default_rng(seed).integers(0, s.shape[-1], size=(resamples, s.shape[-1]))
     parts = split(s[idx], k[idx], sf[idx], kf[idx])
