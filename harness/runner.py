@@ -617,6 +617,7 @@ def _summary(
         "split": d.get("split"),
         "generator": cfg.generator.name,
         "profile": cfg.profile.name,
+        "backbone": backbone(cfg),
         "sample": sample,
         "sample_seed": seed if sample == "shuffled" else None,
         **scores,
@@ -631,6 +632,18 @@ def _summary(
             "batch_size": int(cfg.batch_size),
             "latency_warmup": int(cfg.latency.warmup),
         },
+    }
+
+
+def backbone(cfg: DictConfig) -> dict[str, Any]:
+    """The compressors' language models of a run: the switch (``backbone=``, conf/backbone/; None: the profile's
+    own), the methods' shared LM and CompSelect's. Recorded for every method, since the run's config sets them."""
+    models = cfg.get("models") or {}
+    switch = cfg.get("backbone")
+    return {
+        "switch": switch.get("name") if switch else None,
+        "lm": models.get("lm"),
+        "compselect_lm": (models.get("compselect") or {}).get("lm"),
     }
 
 

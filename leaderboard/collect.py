@@ -233,6 +233,7 @@ def _row(folder: Path, root: Path) -> dict[str, Any] | None:
         "reused_contexts": int(s.get("reused_contexts") or 0),  # contexts read back from another reader's run
         "diagnostics": json.dumps(s.get("diagnostics") or {}, sort_keys=True),
         "oracle": bool(minfo.get("oracle", False)),
+        "backbone": (s.get("backbone") or {}).get("switch"),  # the compressors' LM switch (conf/backbone/)
         "commit": git.get("commit"),
         "dirty": git.get("dirty"),
         "config_key": s.get("config_key") or run.get("key"),
