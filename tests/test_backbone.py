@@ -92,3 +92,25 @@ def test_every_prompted_method_compresses_a_question_on_the_05b_and_names_it(tmp
     rows = collect(tmp_path)
     assert sorted(rows.variant) == sorted(f"{m}[backbone=qwen05b]" for m in PROMPTED)
     assert set(rows.backbone) == {"qwen25-coder-05b-instruct"}
+
+
+def test_the_backbone_script_switches_every_step_and_reads_with_the_05b():
+    import subprocess
+
+    from harness.provenance import REPO_ROOT
+
+    def dry(step: str) -> list[list[str]]:
+        env = {"DRY_RUN": "1", "PATH": "/usr/bin:/bin"}
+        done = subprocess.run(["bash", str(REPO_ROOT / "scripts" / "backbone.sh"), step], env=env, capture_output=True)
+        assert done.returncode == 0, done.stderr
+        return [line.split() for line in done.stdout.decode().splitlines()]
+
+    probe = dry("probe")
+    assert len(probe) == 2 and "backbone=qwen05b" in probe[0] and "backbone=qwen05b" not in probe[1]
+    assert all("dataset.split=train" in c and "limit=20" in c for c in probe)
+    (compress,), (read,) = dry("compress"), dry("read05b")
+    for c in (compress, read):
+        assert "backbone=qwen05b" in c and "limit=200" in c and "dataset.sample=shuffled" in c
+    assert "generator=qwen25_05b_vllm" in read and not any(a.startswith("generator=") for a in compress)
+    methods = next(a for a in compress if a.startswith("method=")).removeprefix("method=").split(",")
+    assert set(methods) == {"compselect", "finefilter", *PROMPTED}

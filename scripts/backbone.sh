@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Compressors at size (issue 94): every language-model compressor on Qwen2.5-Coder-0.5B (backbone=qwen05b),
+# contexts made once and read by the headline reader (SmolLM2) and by the 0.5B reader. Every step resumes where it
+# stopped (re-run it).
+#
+#   scripts/backbone.sh probe      # the prompted and scoring methods on the first 20 shuffled *train* questions of
+#                                  # each dataset, on both backbones (research/backbone/probe.py reads them)
+#   scripts/backbone.sh compress   # the LM compressors on backbone=qwen05b, the shuffled 200, read by SmolLM2
+#   scripts/backbone.sh read05b    # the 0.5B reads every context `compress` made (harness.reuse: no compressor runs)
+#
+# ROWS=a,b,... those methods only; DATASETS=nq,... those datasets only; DRY_RUN=1 prints each command.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PROMPTED=recomp_abs,refiner,edc2,compselect_direct,longllmlingua,selective_context
+LM_ROWS=compselect,finefilter,$PROMPTED
+PY=${PYTHON:-.venv/bin/python}
+DATASETS=${DATASETS:-nq,triviaqa,hotpotqa}
+
+run() {
+  if [ -n "${DRY_RUN:-}" ]; then echo "$*"; else "$@"; fi
+}
+
+case "${1:-}" in
+  probe)
+    for backbone in backbone=qwen05b ""; do
+      run "$PY" -m harness -m $backbone "method=${ROWS:-$PROMPTED}" "dataset=$DATASETS" dataset.split=train \
+        dataset.sample=shuffled dataset.seed=0 limit=20 latency.samples=0 results_dir=results-backbone-probe
+    done
+    ;;
+  compress)
+    run "$PY" -m harness -m backbone=qwen05b "method=${ROWS:-$LM_ROWS}" "dataset=$DATASETS" limit=200 \
+      dataset.sample=shuffled dataset.seed=0 latency.samples=0 results_dir=results-backbone
+    ;;
+  read05b)
+    run "$PY" -m harness -m generator=qwen25_05b_vllm backbone=qwen05b "method=${ROWS:-$LM_ROWS}" "dataset=$DATASETS" \
+      limit=200 dataset.sample=shuffled dataset.seed=0 latency.samples=0 results_dir=results-backbone
+    ;;
+  *) echo "usage: $0 probe|compress|read05b" >&2; exit 2 ;;
+esac
