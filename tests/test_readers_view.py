@@ -198,9 +198,9 @@ def test_publish_fills_the_section_once_another_model_reads(tmp_path):
     assert "One reader so far" not in section and "reader 2: `gen-b` (embedded:another-reader@aaaaaaaaaaaa)" in section
     assert "### NQ (n = 40)" in section and "### TQA (n = 40)" in section and "Figure 1" in section
     # the same answers under both readers: the 3 non-oracle rows rank alike on every resample
-    assert section.count("reader 2 against reader 1: 1.00 [1.00, 1.00]") == 2
+    assert section.count("reader 2 against SmolLM2-135M-Instruct: 1.00 [1.00, 1.00]") == 2  # a known model: its label
     page = (tmp_path / "two" / "index.html").read_text()
-    assert page.index('id="readers"') < page.index("reader 2 against reader 1") < page.index('id="retrieval"')
+    assert page.index('id="readers"') < page.index("reader 2 against SmolLM2") < page.index('id="retrieval"')
     csv = tmp_path / "two" / "readers_embedded_gen-a.csv"
     assert csv in files and len(pd.read_csv(csv)) == 2 * 4 * 2
 

@@ -30,7 +30,7 @@ from leaderboard.collect import read_records
 from leaderboard.page import Block, Data, Page, View
 from leaderboard.reference import table2_variants, variant_order
 from leaderboard.tables import DAGGER, datasets, label
-from leaderboard.views.readers import TOP1, _both, _join, reader_blocks
+from leaderboard.views.readers import TOP1, _both, _join, reader_blocks, reader_names
 
 PARTS = ("lost", "read", "without")  # the three parts of a difference from full
 
@@ -199,8 +199,8 @@ def section(d: Data, b: Block, out: Path, resamples: int = RESAMPLES) -> tuple[s
     cs = [c for c in cs if c is not None]
     if not cs:
         return "", "", None
-    names = {g: f"reader {k + 1}" for k, g in enumerate(gens)}
-    legend = "; ".join(f"reader {k + 1}: `{g}`" for k, g in enumerate(gens))
+    names = reader_names(d.full, b.profile, gens)
+    legend = "; ".join(f"{names[g]}: `{g}`" for g in gens)
     key = (
         f"{legend}. Answer kept: the share of questions whose compressed context holds a gold answer (SubEM's match "
         "rule on the context). SubEM kept / lost: the reader's SubEM on the questions where it was kept, and where "

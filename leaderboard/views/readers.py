@@ -190,13 +190,26 @@ def compare_all(
         here = [g for g in gens if ((rows.generator == g) & (rows.dataset == d)).any()]
         c = compare(full, here, profile, d, baseline, resamples, seed) if len(here) > 1 else None
         if c is not None:
-            c.names = _names(gens)
+            c.names = reader_names(full, profile, gens)
             out.append(c)
     return out
 
 
 def _names(gens: list[str]) -> dict[str, str]:
     return {g: f"reader {k + 1}" for k, g in enumerate(gens)}
+
+
+def reader_names(full: pd.DataFrame, profile: str, gens: list[str]) -> dict[str, str]:
+    """Each reader's name in the views: its model's label (``leaderboard/data/reader_sizes.yaml``: SmolLM2-135M-
+    Instruct), else ``reader k`` (k: its place in ``gens``), as where two readers' labels would be the same."""
+    from leaderboard.views.size import sizes
+
+    known = sizes()
+    out = _names(gens)
+    for g in gens:
+        model = (reader_model(full[(full.profile == profile) & (full.generator == g)]) or "").split("@", 1)[0]
+        out[g] = (known.get(model) or {}).get("label") or out[g]
+    return out if len(set(out.values())) == len(out) else _names(gens)
 
 
 def _delta(r) -> str:
@@ -244,7 +257,9 @@ def figure1(cs: list[Readers], baseline: str = "full") -> tuple[list[tuple[str, 
 
 def _tau_text(c: Readers) -> str:
     parts = [
-        f"{c.name(g)} against reader 1: {t.tau:.2f} [{t.lo:.2f}, {t.hi:.2f}]" for g, t in c.tau.items() if t.rows > 1
+        f"{c.name(g)} against {c.name(c.gens[0])}: {t.tau:.2f} [{t.lo:.2f}, {t.hi:.2f}]"
+        for g, t in c.tau.items()
+        if t.rows > 1
     ]
     rows = next(iter(c.tau.values())).rows if c.tau else 0
     return (
@@ -259,16 +274,18 @@ def _join(items: list[str], none: str = "no dataset") -> str:
 
 def _verdicts_said(cs: list[Readers], baseline: str) -> str:
     """Which of reader 1's significant differences from ``baseline`` (non-oracle rows) hold under every reader."""
-    first, who = cs[0].gens[0], "every other reader" if len(cs[0].everyone) > 2 else "reader 2"
+    first = cs[0].gens[0]
+    who = "every other reader" if len(cs[0].everyone) > 2 else cs[0].name(cs[0].everyone[1])
     found = [(c, v) for c in cs for v in c.marks if v != ORACLE and bool(c.row(first, v).sig_subem)]
     if not found:
-        return f"Reader 1 finds no non-oracle row significantly different from `{baseline}`."
+        return f"{cs[0].name(first)} finds no non-oracle row significantly different from `{baseline}`."
     named = {m: [] for m in (HOLDS, SIGN_ONLY, DIFFERS, REVERSES)}
     for c, v in found:
         side = "above" if c.row(first, v).d_subem > 0 else "below"
         named[c.marks[v]].append(f"`{v}` {side} on {label(c.dataset)}")
     return (
-        f"Of the {len(found)} differences from `{baseline}` that reader 1 finds significant (non-oracle rows), "
+        f"Of the {len(found)} differences from `{baseline}` that {cs[0].name(first)} finds significant (non-oracle "
+        "rows), "
         f"{len(named[HOLDS])} hold under {who}, same sign and significant ({_join(named[HOLDS], 'none')}); "
         f"{len(named[SIGN_ONLY])} keep their sign without being significant there, "
         f"{len(named[DIFFERS])} change sign without being significant there ({_join(named[DIFFERS], 'none')}), "
@@ -371,10 +388,10 @@ def section(
     if not cs:
         return "", "", None
     models = {g: reader_model(full[(full.profile == profile) & (full.generator == g)]) for g in gens}
-    notes = reader_notes()
+    notes, names = reader_notes(), reader_names(full, profile, gens)
     legend = "; ".join(
-        f"reader {k + 1}: `{g}` ({models[g] or 'model unrecorded'}" + (f"; {notes[g]})" if g in notes else ")")
-        for k, g in enumerate(gens)
+        f"{names[g]}: `{g}` ({models[g] or 'model unrecorded'}" + (f"; {notes[g]})" if g in notes else ")")
+        for g in gens
     )
     key = (
         f"{legend}. Per dataset, the Table 2 rows on the questions every row of every reader answered (paired by "
