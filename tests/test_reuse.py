@@ -146,13 +146,14 @@ def test_export_from_the_archive_fails_in_one_line():
     assert "\n" not in str(e.value)
 
 
-BACKFILLED = {  # remade and backfilled (issue 93): 2026-12-06 the first six rows, 2026-12-07 NQ's LM compressors
+BACKFILLED = {  # remade and backfilled (issue 93): 2026-12-06 the first six rows, 2026-12-07 NQ's and TQA's LM
     d: ["naive", "full", "top1", "bm25", "bge_reranker", "recomp_extr"] for d in ("nq", "triviaqa", "hotpotqa")
-}
-BACKFILLED["nq"] += [
-    "recomp_abs", "longllmlingua", "selective_context", "exit", "refiner", "compselect", "finefilter",
-    "oracle_sentences",
-]  # fmt: skip
+}  # compressors
+for d in ("nq", "triviaqa"):
+    BACKFILLED[d] += [
+        "recomp_abs", "longllmlingua", "selective_context", "exit", "refiner", "compselect", "finefilter",
+        "oracle_sentences",
+    ]  # fmt: skip
 
 
 def test_a_clone_exports_the_backfilled_headline_contexts_and_they_hash_as_archived(tmp_path):
