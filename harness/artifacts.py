@@ -96,6 +96,19 @@ def expected_hashes(folder: str | Path) -> dict[Path, str]:
     return {p: d for p, d in listed.items() if p.resolve().is_relative_to(target)}
 
 
+def switch_of(folder: Path) -> str:
+    """`` backbone=<switch>`` for an artifact of a switched backbone (``artifacts/<profile>-<switch>/...``, where
+    ``conf/backbone/<switch>.yaml`` exists): it is trained with the same switch. Kept here, not in the methods,
+    because a method package's code is part of its contexts' key (``harness.reuse.source_digest``)."""
+    from harness.provenance import REPO_ROOT
+
+    for part in folder.parts:
+        switch = part.partition("-")[2]
+        if switch and (REPO_ROOT / "conf" / "backbone" / f"{switch}.yaml").is_file():
+            return f" backbone={switch}"
+    return ""
+
+
 def check_artifact(folder: str | Path, remake: str) -> None:
     """Check ``folder``'s files against its manifest's SHA-256 (see the module docstring); ``remake`` is the
     command that trains them again. Raises ``ArtifactError`` on the first missing, unreadable or changed file."""
@@ -103,7 +116,7 @@ def check_artifact(folder: str | Path, remake: str) -> None:
 
     folder = Path(folder)
     if not folder.exists():
-        raise ArtifactError(f"{folder}: trained artifact not found; re-make it with `{remake}`")
+        raise ArtifactError(f"{folder}: trained artifact not found; re-make it with `{remake}{switch_of(folder)}`")
     hashes = expected_hashes(folder)
     if not hashes:
         log.info("%s: no manifest lists its files; not checked", folder)

@@ -24,15 +24,6 @@ RERANKER_INPUTS = ("clue", "titled")  # what the clue reranker reads: the clue (
 REMAKE = "python -m methods.compselect.train"  # what re-makes the adapters (README)
 
 
-def remake_command(adapter: str) -> str:
-    """The command that trains ``adapter``: a switched backbone's artifacts (``artifacts/<profile>-<switch>/``,
-    conf/backbone/<switch>.yaml) are trained with the same switch."""
-    from pathlib import Path
-
-    switch = Path(adapter).parent.name.partition("-")[2]
-    return f"{REMAKE} backbone={switch}" if switch else REMAKE
-
-
 @dataclass
 class ExtractorInput:
     """The extractor prompt of one example and the sentences it shows (a prefix of all, if the budget cut
@@ -171,10 +162,9 @@ class CompSelect(Compressor):
         adapters = self._stages()
         for name, path in adapters.items():
             if path:  # checked against its manifest before it loads (harness.artifacts)
-                check_artifact(path, remake_command(path))
+                check_artifact(path, REMAKE)
             if path and not (Path(path) / "adapter_config.json").is_file():
-                remake = remake_command(path)
-                raise ArtifactError(f"LoRA adapter {name!r} not found at {path}: train it with `{remake}`")
+                raise ArtifactError(f"LoRA adapter {name!r} not found at {path}: train it with `{REMAKE}`")
             self.lms[name] = get_lm(
                 self.lm_ref,
                 engine=self.engine,
