@@ -12,6 +12,26 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("RAG_HARNESS_LM_CACHE", "0")  # tests compute every call; the cache's own tests turn it on
 
+
+def pin_worker() -> list[int] | None:
+    """Under pytest-xdist (``-n N``), this worker's own share of the usable cores (worker i takes every N-th from
+    the i-th), set as its affinity and as ``OMP_NUM_THREADS`` before torch is imported, so that no two workers'
+    threads share a core: torch's pool, and the vLLM engines', which bind to the usable cores
+    (``harness.lm.vllm_engine.cpu_environment``). Child processes inherit both. None outside xdist, or with fewer
+    cores than workers (then they share, as two runs would)."""
+    worker, count = os.environ.get("PYTEST_XDIST_WORKER"), int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 0)
+    if not worker or count < 2 or not hasattr(os, "sched_setaffinity"):
+        return None
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < count:
+        return None
+    mine = cores[int(worker.removeprefix("gw")) % count :: count]
+    os.sched_setaffinity(0, mine)
+    os.environ["OMP_NUM_THREADS"] = str(len(mine))
+    return mine
+
+
+PINNED = pin_worker()
 REPO = Path(__file__).resolve().parent.parent
 DATA = Path(os.environ.get("RAG_HARNESS_DATA", REPO.parent / "shared" / "data"))
 pytest_plugins = ["tests.suite_clock"]

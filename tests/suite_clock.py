@@ -90,56 +90,67 @@ class Clock:
 
 
 CLOCK = Clock()
+# per test, as its teardown report carried it (from this process, or from a pytest-xdist worker's):
+# [wall s, load s, {load kind: count}, child Python processes, the xdist worker or None]
+SEEN: dict[str, list[Any]] = {}
+PROPERTY = "suite_clock"
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     CLOCK.patch()
     CLOCK.current = item.nodeid
-    t0 = time.perf_counter()
+    CLOCK.wall[item.nodeid] = time.perf_counter()  # the start, until the teardown report
     yield
-    CLOCK.wall[item.nodeid] = time.perf_counter() - t0
     CLOCK.patch()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """The test's figures ride on its teardown report, so that a pytest-xdist controller sees its workers'."""
+    outcome = yield
+    if call.when == "teardown":
+        k = item.nodeid
+        wall = time.perf_counter() - CLOCK.wall[k]
+        worker = os.environ.get("PYTEST_XDIST_WORKER")
+        figures = [wall, CLOCK.load_s.get(k, 0.0), dict(CLOCK.loads.get(k, {})), CLOCK.children.get(k, 0), worker]
+        outcome.get_result().user_properties.append((PROPERTY, figures))
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if report.when == "call" or report.outcome != "passed":
         CLOCK.outcome[report.nodeid] = report.outcome
+    for name, figures in report.user_properties:
+        if name == PROPERTY and report.when == "teardown":
+            SEEN[report.nodeid] = figures
 
 
 def summary() -> dict[str, Any]:
     total = time.perf_counter() - CLOCK.started
     loads = Counter()
-    for c in CLOCK.loads.values():
-        loads.update(c)
-    slowest = sorted(CLOCK.wall.items(), key=lambda kv: -kv[1])[:SLOWEST]
+    for f in SEEN.values():
+        loads.update(f[2])
+    slowest = sorted(SEEN.items(), key=lambda kv: -kv[1][0])[:SLOWEST]
+    workers = len({f[4] for f in SEEN.values()} - {None}) or None
     return {
-        "tests": len(CLOCK.wall),
+        "tests": len(SEEN),
         "wall_s": round(total, 1),
-        "tests_s": round(sum(CLOCK.wall.values()), 1),
-        "load_s": round(sum(CLOCK.load_s.values()), 1),
+        "tests_s": round(sum(f[0] for f in SEEN.values()), 1),
+        "load_s": round(sum(f[1] for f in SEEN.values()), 1),
         "loads": dict(loads),
-        "child_pythons": sum(CLOCK.children.values()),
+        "child_pythons": sum(f[3] for f in SEEN.values()),
+        "workers": workers,
         "budget_s": BUDGET_S,
         "slowest": [
-            {
-                "test": k,
-                "s": round(v, 1),
-                "load_s": round(CLOCK.load_s.get(k, 0.0), 1),
-                "loads": sum(CLOCK.loads.get(k, {}).values()),
-                "children": CLOCK.children.get(k, 0),
-            }
-            for k, v in slowest
+            {"test": k, "s": round(f[0], 1), "load_s": round(f[1], 1), "loads": sum(f[2].values()), "children": f[3]}
+            for k, f in slowest
         ],
-        "per_test": {
-            k: [round(v, 2), round(CLOCK.load_s.get(k, 0.0), 2), CLOCK.children.get(k, 0)]
-            for k, v in CLOCK.wall.items()
-        },
+        "per_test": {k: [round(f[0], 2), round(f[1], 2), f[3]] for k, f in SEEN.items()},
     }
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    if not CLOCK.wall:
+    if not SEEN or os.environ.get("PYTEST_XDIST_WORKER"):  # a worker's figures are its controller's to print
         return
     s = summary()
     out = Path(os.environ.get("RAG_HARNESS_SUITE_CLOCK", ".pytest_cache/suite-clock.json"))
@@ -152,9 +163,10 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     tr.section("suite clock")
     share = 100 * s["load_s"] / max(s["tests_s"], 1e-9)
     kinds = ", ".join(f"{k} {v}" for k, v in sorted(s["loads"].items(), key=lambda kv: -kv[1]))
+    on = f" on {s['workers']} workers" if s["workers"] else ""
     tr.write_line(
-        f"{s['tests']} tests in {s['wall_s']:.0f} s; loading models {s['load_s']:.0f} s ({share:.0f}% of the tests' "
-        f"time; {kinds}); {s['child_pythons']} child Python processes"
+        f"{s['tests']} tests in {s['wall_s']:.0f} s{on}; loading models {s['load_s']:.0f} s ({share:.0f}% of the "
+        f"tests' time; {kinds}); {s['child_pythons']} child Python processes"
     )
     tr.write_line(f"{'s':>7} {'load s':>7} {'loads':>5} {'child':>5}  slowest tests")
     for row in s["slowest"]:
