@@ -33,7 +33,7 @@ class Clock:
         self.load_s: Counter[str] = Counter()
         self.loads: dict[str, Counter[str]] = {}
         self.children: Counter[str] = Counter()
-        self.wall: dict[str, float] = {}
+        self.begun: dict[str, float] = {}  # per test, when its protocol began
         self.outcome: dict[str, str] = {}
         self.started = time.perf_counter()
         self.patched: set[str] = set()
@@ -100,7 +100,7 @@ PROPERTY = "suite_clock"
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     CLOCK.patch()
     CLOCK.current = item.nodeid
-    CLOCK.wall[item.nodeid] = time.perf_counter()  # the start, until the teardown report
+    CLOCK.begun[item.nodeid] = time.perf_counter()
     yield
     CLOCK.patch()
 
@@ -111,7 +111,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     outcome = yield
     if call.when == "teardown":
         k = item.nodeid
-        wall = time.perf_counter() - CLOCK.wall[k]
+        wall = time.perf_counter() - CLOCK.begun[k]
         worker = os.environ.get("PYTEST_XDIST_WORKER")
         figures = [wall, CLOCK.load_s.get(k, 0.0), dict(CLOCK.loads.get(k, {})), CLOCK.children.get(k, 0), worker]
         outcome.get_result().user_properties.append((PROPERTY, figures))
