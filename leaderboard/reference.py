@@ -136,3 +136,10 @@ def setting_tables(reference: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
         )
         out.append((title, wide))
     return out
+
+
+@lru_cache(maxsize=1)
+def reader_sizes() -> dict[str, dict]:
+    """Model reference -> ``{label, params, size}`` (``data/reader_sizes.yaml``): the readers' names and sizes in
+    the views."""
+    return dict(yaml.safe_load((DATA / "reader_sizes.yaml").read_text(encoding="utf-8")) or {})

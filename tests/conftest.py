@@ -66,6 +66,21 @@ def generator():
     return TransformersGenerator(LM, "smollm2-135m-instruct", batch_size=8)
 
 
+@pytest.fixture
+def release_new_models():
+    """Close the model-layer instances a test built that the rest of the suite does not share (a Qwen reader or
+    backbone: 2-4 GB each as fp32 vLLM engines; the suite is one process, and two such tests left alive ended CI
+    in an out-of-memory kill). SmolLM2's instances, which many modules share, stay."""
+    from harness import resources
+    from harness.lm import release
+
+    before = set(resources.loaded())
+    yield
+    new = {id(resources.get(k)) for k in resources.loaded() if k not in before}
+    release(lambda lm: id(lm) in new and lm.ref != LM)
+    resources.drop(lambda key, obj: key in before or key[0] == "lm")
+
+
 @pytest.fixture(scope="session")
 def env(generator):
     from harness.protocols import MethodEnv

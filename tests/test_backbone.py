@@ -70,7 +70,7 @@ def test_compselect_on_an_untrained_backbone_is_one_line_naming_its_artifacts(tm
 
 @pytest.mark.slow
 @needs_qwen05
-def test_every_prompted_method_compresses_a_question_on_the_05b_and_names_it(tmp_path):
+def test_every_prompted_method_compresses_a_question_on_the_05b_and_names_it(tmp_path, release_new_models):
     """One NQ question per method: the smallest slice on which a method that does not reach the 0.5B, or reaches
     it and keeps nothing, fails; the row's name, folder and record carry the switch."""
     from harness import api

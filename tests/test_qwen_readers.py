@@ -149,7 +149,7 @@ def test_the_05b_reader_answers_a_real_nq_question_from_its_gold_passage():
 
 @pytest.mark.slow
 @needs_qwen05
-def test_the_05b_reads_the_archived_compselect_nq_contexts_without_a_compressor(tmp_path):
+def test_the_05b_reads_the_archived_compselect_nq_contexts_without_a_compressor(tmp_path, release_new_models):
     """Issue 93's fresh-clone path (``scripts/readers.sh clone05b``) on the first two of the shuffled 200: the
     contexts come from the archive alone (leaderboard/runs: the records' hashes, the store's texts), the 0.5B
     reads them on vLLM, and no CompSelect model is bound; each context hashes as the archived record's."""

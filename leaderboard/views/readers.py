@@ -32,7 +32,7 @@ from leaderboard import html, stats
 from leaderboard.collect import read_records
 from leaderboard.matched import rescore
 from leaderboard.page import Block, Data, Page, View
-from leaderboard.reference import reader_notes, table2_variants, variant_order
+from leaderboard.reference import reader_notes, reader_sizes, table2_variants, variant_order
 from leaderboard.tables import DAGGER, datasets, fmt, label, markdown
 
 HOLDS, SIGN_ONLY, DIFFERS, REVERSES = "holds", "holds in sign only", "signs differ", "reverses"
@@ -202,9 +202,7 @@ def _names(gens: list[str]) -> dict[str, str]:
 def reader_names(full: pd.DataFrame, profile: str, gens: list[str]) -> dict[str, str]:
     """Each reader's name in the views: its model's label (``leaderboard/data/reader_sizes.yaml``: SmolLM2-135M-
     Instruct), else ``reader k`` (k: its place in ``gens``), as where two readers' labels would be the same."""
-    from leaderboard.views.size import sizes
-
-    known = sizes()
+    known = reader_sizes()
     out = _names(gens)
     for g in gens:
         model = (reader_model(full[(full.profile == profile) & (full.generator == g)]) or "").split("@", 1)[0]

@@ -206,10 +206,10 @@ def compute_plot(figs: pd.DataFrame, path: Path) -> Path:
     import numpy as np
 
     from leaderboard.plots import _plt, _save_png
-    from leaderboard.views.size import sizes
+    from leaderboard.reference import reader_sizes
 
     plt = _plt()
-    embedded = sorted((int(e["params"]), str(e["size"])) for e in sizes().values())
+    embedded = sorted((int(e["params"]), str(e["size"])) for e in reader_sizes().values())
     table = cm.DeviceTable.load(DEVICE)
     papers = [(table.params(r), SHORT[r]) for r in cm.READERS]
     grid = np.geomspace(1e8, 1e11, 200)

@@ -17,19 +17,18 @@ Nothing here loads a model.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 from html import escape
 from itertools import combinations
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import yaml
 
 from harness.stats import LEVEL, RESAMPLES, SEED
 from leaderboard import html
 from leaderboard.page import Block, Data, Page, View
-from leaderboard.reference import DATA, variant_order
+from leaderboard.reference import reader_sizes as sizes
+from leaderboard.reference import variant_order
 from leaderboard.tables import DAGGER, fmt, label
 from leaderboard.views.readers import (
     ORACLE,
@@ -46,12 +45,6 @@ from leaderboard.views.readers import (
 
 HOLDS, SHRINKS, VANISHES, REVERSES = "holds", "shrinks", "vanishes", "reverses"
 FIGURE1 = (TOP1, "full", ORACLE, "recomp_extr", "refiner", "compselect")  # CompSelect's Figure 1 rows (+ its own)
-
-
-@lru_cache(maxsize=1)
-def sizes() -> dict[str, dict]:
-    """Model reference -> ``{label, params, ...}`` (``data/reader_sizes.yaml``)."""
-    return dict(yaml.safe_load((DATA / "reader_sizes.yaml").read_text(encoding="utf-8")) or {})
 
 
 def params_of(model: str | None) -> int | None:
