@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -58,27 +60,66 @@ def killed_training(tmp_path: Path, source: str, kill_at: int) -> tuple[dict, Pa
     return runpy.run_path(str(script)), ckpt
 
 
+SESSION: set[int] = set()  # the session generator's LM and model (``id``): no module releases them
+
+
 @pytest.fixture(scope="session")
 def generator():
     """SmolLM2-135M-Instruct on transformers, the embedded default generator (shared by all tests)."""
     from harness.generators.transformers_backend import TransformersGenerator
 
-    return TransformersGenerator(LM, "smollm2-135m-instruct", batch_size=8)
+    gen = TransformersGenerator(LM, "smollm2-135m-instruct", batch_size=8)
+    SESSION.update((id(gen.lm), id(gen.model)))
+    return gen
+
+
+def session_held(obj: Any) -> bool:
+    """Whether a registry entry is the session generator's LM or model (``load_hf``'s entry: a (model, tokenizer)
+    pair)."""
+    return id(obj) in SESSION or (isinstance(obj, tuple) and any(id(x) in SESSION for x in obj))
+
+
+def release_built_since(before: set[tuple], spare: Callable[[Any], bool] = lambda lm: False) -> int:
+    """Close the model-layer LMs built since ``before`` (the registry's keys then), except the session
+    generator's and those ``spare`` keeps, and forget every other object built since (a method's scorer or a run's
+    generator holding a closed LM); then hand the freed heap back to the system. Returns how many LMs closed."""
+    import contextlib
+    import ctypes
+
+    from harness import resources
+    from harness.lm import LM as ModelLM
+    from harness.lm import release
+
+    new = {k: v for k in resources.loaded() if k not in before and not session_held(v := resources.get(k))}
+    lms = [v for v in new.values() if isinstance(v, ModelLM) and not spare(v)]
+    closed = release(lambda lm: any(lm is v for v in lms))
+    resources.drop(lambda k, v: k not in new or isinstance(v, ModelLM))
+    with contextlib.suppress(OSError, AttributeError):  # not glibc
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    return closed
 
 
 @pytest.fixture
 def release_new_models():
-    """Close the model-layer instances a test built that the rest of the suite does not share (a Qwen reader or
-    backbone: 2-4 GB each as fp32 vLLM engines; the suite is one process, and two such tests left alive ended CI
-    in an out-of-memory kill). SmolLM2's instances, which many modules share, stay."""
+    """Close what a test built that other tests of its module do not share (a Qwen reader or backbone: 2-4 GB
+    each as fp32 vLLM engines; two such tests left alive ended CI in an out-of-memory kill). SmolLM2's stay."""
     from harness import resources
-    from harness.lm import release
 
     before = set(resources.loaded())
     yield
-    new = {id(resources.get(k)) for k in resources.loaded() if k not in before}
-    release(lambda lm: id(lm) in new and lm.ref != LM)
-    resources.drop(lambda key, obj: key in before or key[0] == "lm")
+    release_built_since(before, spare=lambda lm: lm.ref == LM)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def release_module_models():
+    """After each module, close every model it built (the session generator's aside): a test process (one per
+    pytest-xdist worker) then holds what its current module needs, not every model the suite has loaded (13-15
+    GB by the end of a worker's share), so that two workers fit in 24 GB."""
+    from harness import resources
+
+    before = set(resources.loaded())
+    yield
+    release_built_since(before)
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,8 @@
 """The suite's clock (a pytest plugin, loaded by ``conftest.py``): per test, its wall seconds and how many of them
 went on loading models (weights read by transformers, vLLM engines started, the model layer's shared builds), and
-how many child Python processes it started. At the end it prints the total, the load share and the slowest tests,
+how many child Python processes it started, and the test process's memory (its peak resident size so far, and by how
+much the test raised it). At the end it prints the total, the load share, the slowest tests and those that raised
+the peak most (two workers must fit in the machine's memory together),
 and says so when the run is over its budget (``RAG_HARNESS_SUITE_BUDGET_S``, default 1200 s: the README's test
 command in at most 20 minutes), so that a stop that slows the suite is seen at that stop. The figures are also
 written as JSON to ``RAG_HARNESS_SUITE_CLOCK`` (default ``.pytest_cache/suite-clock.json``).
@@ -11,6 +13,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -22,6 +25,7 @@ import pytest
 
 BUDGET_S = float(os.environ.get("RAG_HARNESS_SUITE_BUDGET_S", "1200"))
 SLOWEST = 25
+MEMORY = 10  # the tests that raised a process's peak resident size most
 
 
 class Clock:
@@ -34,6 +38,7 @@ class Clock:
         self.loads: dict[str, Counter[str]] = {}
         self.children: Counter[str] = Counter()
         self.begun: dict[str, float] = {}  # per test, when its protocol began
+        self.peak_before: dict[str, float] = {}  # per test, the process's peak resident GB when it began
         self.outcome: dict[str, str] = {}
         self.started = time.perf_counter()
         self.patched: set[str] = set()
@@ -91,9 +96,15 @@ class Clock:
 
 CLOCK = Clock()
 # per test, as its teardown report carried it (from this process, or from a pytest-xdist worker's):
-# [wall s, load s, {load kind: count}, child Python processes, the xdist worker or None]
+# [wall s, load s, {load kind: count}, child Python processes, the xdist worker or None, the process's peak resident
+# GB after it, by how many GB it raised that peak]
 SEEN: dict[str, list[Any]] = {}
 PROPERTY = "suite_clock"
+
+
+def peak_gb() -> float:
+    """This process's peak resident size so far, GB (Linux reports ``ru_maxrss`` in KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -101,6 +112,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     CLOCK.patch()
     CLOCK.current = item.nodeid
     CLOCK.begun[item.nodeid] = time.perf_counter()
+    CLOCK.peak_before[item.nodeid] = peak_gb()
     yield
     CLOCK.patch()
 
@@ -113,7 +125,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         k = item.nodeid
         wall = time.perf_counter() - CLOCK.begun[k]
         worker = os.environ.get("PYTEST_XDIST_WORKER")
+        peak = peak_gb()
+        raised = peak - CLOCK.peak_before[k]
         figures = [wall, CLOCK.load_s.get(k, 0.0), dict(CLOCK.loads.get(k, {})), CLOCK.children.get(k, 0), worker]
+        figures += [round(peak, 2), round(raised, 2)]
         outcome.get_result().user_properties.append((PROPERTY, figures))
 
 
@@ -145,7 +160,13 @@ def summary() -> dict[str, Any]:
             {"test": k, "s": round(f[0], 1), "load_s": round(f[1], 1), "loads": sum(f[2].values()), "children": f[3]}
             for k, f in slowest
         ],
-        "per_test": {k: [round(f[0], 2), round(f[1], 2), f[3]] for k, f in SEEN.items()},
+        "peak_gb": {w or "main": max(f[5] for f in SEEN.values() if f[4] == w) for w in {f[4] for f in SEEN.values()}},
+        "raised_peak": [
+            {"test": k, "gb": f[6], "peak_gb": f[5], "worker": f[4]}
+            for k, f in sorted(SEEN.items(), key=lambda kv: -kv[1][6])[:MEMORY]
+            if f[6] >= 0.05
+        ],
+        "per_test": {k: [round(f[0], 2), round(f[1], 2), f[3], f[5], f[6]] for k, f in SEEN.items()},
     }
 
 
@@ -171,6 +192,10 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     tr.write_line(f"{'s':>7} {'load s':>7} {'loads':>5} {'child':>5}  slowest tests")
     for row in s["slowest"]:
         tr.write_line(f"{row['s']:7.1f} {row['load_s']:7.1f} {row['loads']:5d} {row['children']:5d}  {row['test']}")
+    peaks = ", ".join(f"{w} {gb:.1f} GB" for w, gb in sorted(s["peak_gb"].items()))
+    tr.write_line(f"peak resident size: {peaks}; the tests that raised it most:")
+    for row in s["raised_peak"]:
+        tr.write_line(f"  +{row['gb']:5.2f} GB to {row['peak_gb']:5.2f}  {row['test']}")
     if s["tests"] > 100 and s["wall_s"] > BUDGET_S:  # a whole-suite run, not a chosen few
         tr.write_line(
             f"SUITE OVER BUDGET: {s['wall_s']:.0f} s > {BUDGET_S:.0f} s (RAG_HARNESS_SUITE_BUDGET_S); "

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import installed
+from conftest import installed, release_built_since
 
 from harness.config import compose_config
 from harness.lm import models
@@ -70,14 +70,16 @@ def test_compselect_on_an_untrained_backbone_is_one_line_naming_its_artifacts(tm
 
 @pytest.mark.slow
 @needs_qwen05
-def test_every_prompted_method_compresses_a_question_on_the_05b_and_names_it(tmp_path, release_new_models):
+def test_every_prompted_method_compresses_a_question_on_the_05b_and_names_it(tmp_path):
     """One NQ question per method: the smallest slice on which a method that does not reach the 0.5B, or reaches
     it and keeps nothing, fails; the row's name, folder and record carry the switch."""
-    from harness import api
+    from harness import api, resources
     from leaderboard.collect import collect
 
     for method in PROMPTED:
+        before = set(resources.loaded())
         ev = api.evaluate(method, "nq", 1, ["backbone=qwen05b"], results_dir=str(tmp_path), latency={"samples": 0})
+        release_built_since(before, spare=lambda lm: lm.ref == SMOL)  # one method's 0.5B at a time (3-4 GB)
         assert "backbone=qwen05b" in str(ev.folder), method
         assert ev.summary["backbone"]["switch"] == "qwen25-coder-05b-instruct"
         info = json.dumps(ev.summary["method_info"])
