@@ -14,6 +14,7 @@ import yaml
 from leaderboard import tables
 from leaderboard.collect import collect, read_records
 from leaderboard.page import Block, Data
+from leaderboard.reference import reader_sizes
 from leaderboard.views import kept, readers, size
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,7 +50,7 @@ def test_every_embedded_reader_config_has_a_size():
         model = (yaml.safe_load(f.read_text()) or {}).get("model")
         if isinstance(model, str) and model.startswith("embedded:"):
             refs.add(model)
-    assert refs and refs <= set(size.sizes()), refs - set(size.sizes())
+    assert refs and refs <= set(reader_sizes()), refs - set(reader_sizes())
     assert size.params_of("embedded:gemma3-270m@a5fd3b62230a") == 268098176 and size.params_of("x@y") is None
     assert [size.short(size.params_of(r)) for r in sorted(refs)] == ["270M", "0.5B", "1.5B", "135M"]
     assert size.short(2_000_000_000) == "2.0B"  # a size no reader names: rounded

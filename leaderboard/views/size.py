@@ -27,8 +27,7 @@ import pandas as pd
 from harness.stats import LEVEL, RESAMPLES, SEED
 from leaderboard import html
 from leaderboard.page import Block, Data, Page, View
-from leaderboard.reference import reader_sizes as sizes
-from leaderboard.reference import variant_order
+from leaderboard.reference import reader_sizes, variant_order
 from leaderboard.tables import DAGGER, fmt, label
 from leaderboard.views.readers import (
     ORACLE,
@@ -49,13 +48,13 @@ FIGURE1 = (TOP1, "full", ORACLE, "recomp_extr", "refiner", "compselect")  # Comp
 
 def params_of(model: str | None) -> int | None:
     """A recorded ``generator_model`` (``ref@sha``)'s parameter count, None when the table does not know it."""
-    entry = sizes().get((model or "").split("@", 1)[0])
+    entry = reader_sizes().get((model or "").split("@", 1)[0])
     return int(entry["params"]) if entry else None
 
 
 def short(params: int) -> str:
     """A parameter count as the model's name says it (``reader_sizes.yaml``'s ``size``: 135M, 0.5B), else rounded."""
-    named = {int(e["params"]): str(e["size"]) for e in sizes().values() if "size" in e}
+    named = {int(e["params"]): str(e["size"]) for e in reader_sizes().values() if "size" in e}
     return named.get(params) or (f"{params / 1e6:.0f}M" if params < 4e8 else f"{params / 1e9:.1f}B")
 
 
@@ -258,7 +257,7 @@ def section(
         return "", "", []
     fs = [fates(c) for c in cs]
     models = {g: reader_model(full[(full.profile == profile) & (full.generator == g)]) for g in gens}
-    legend = "; ".join(f"{short(size[g])}: `{g}` ({sizes()[models[g].split('@')[0]]['label']})" for g in gens)
+    legend = "; ".join(f"{short(size[g])}: `{g}` ({reader_sizes()[models[g].split('@')[0]]['label']})" for g in gens)
     key = (
         f"Readers, smallest first: {legend}. Per dataset, the Table 2 rows and `top1` on the questions every row of "
         f"every reader answered (paired by example id). SubEM with its {LEVEL:.0%} bootstrap interval; Δ: the row "
