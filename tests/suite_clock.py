@@ -103,7 +103,16 @@ PROPERTY = "suite_clock"
 
 
 def peak_gb() -> float:
-    """This process's peak resident size so far, GB (Linux reports ``ru_maxrss`` in KiB)."""
+    """This process's peak resident size so far, GB: ``VmHWM`` (KiB), the high-water mark of its own memory map.
+
+    Not ``ru_maxrss``: Linux carries that across ``exec``, so a pytest started by a 14 GB parent (the suite's own
+    child-pytest tests) would report the parent's peak as its own, and no test of it could raise it."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 2**20
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
 
 
