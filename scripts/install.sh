@@ -40,5 +40,6 @@ if [ ! -x /usr/bin/chromium ] && command -v apt-get >/dev/null && [ "$(id -u)" =
   { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } \
     || echo "install.sh: could not install chromium; the leaderboard page test will skip" >&2
 fi
+.venv/bin/python -m harness.lm.prepare   # de-quantise the embedded GGUFs once (about 2 min), not at first use
 rm -f .venv/.installed-*
 touch "$stamp"

@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 
+from harness.lm.prepare import installed  # noqa: F401  (the Qwen and Gemma tests skip without their packages)
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -142,16 +144,6 @@ def one_thread(env):
     torch.set_num_threads(before)
 
 
-def installed(parts) -> bool:
-    """Whether every chunk package of an embedded GGUF (``(distribution, file)`` pairs) is installed."""
-    import importlib.metadata as md
-
-    try:
-        return all(md.distribution(dist) for dist, _ in parts)
-    except md.PackageNotFoundError:
-        return False
-
-
 def load_slice(name: str, n: int, split: str = "test", top_k: int = 5):
     from harness.data import DatasetSpec, load_dataset
 
@@ -178,6 +170,32 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+
+
+# Modules that hold a Qwen model or several merged adapters (4-6 GB above a test process's base each): under
+# ``-n 2 --dist loadfile`` they are one work unit, so one worker runs them one after another and the two workers
+# never hold two of them at once (two at once reached 24 GB; docs/testing.md, "Memory, and two workers").
+HEAVY_MODULES = ("test_backbone.py", "test_qwen_readers.py", "test_compselect_e2e.py", "test_gemma_reader.py")
+
+
+def heavy_unit(nodeid: str) -> str:
+    """The work unit of a test under ``--dist loadfile``: its file, or one shared unit for ``HEAVY_MODULES``."""
+    path = nodeid.split("::", 1)[0]
+    return "heavy-modules" if path.rsplit("/", 1)[-1] in HEAVY_MODULES else path
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist's: unknown where it is not installed
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadfile`` with ``HEAVY_MODULES`` as one unit (pytest-xdist's own scheduler otherwise)."""
+    if config.getoption("dist", None) != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class HeavyTogether(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return heavy_unit(nodeid)
+
+    return HeavyTogether(config, log)
 
 
 def pytest_sessionfinish(session, exitstatus):

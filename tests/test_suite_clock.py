@@ -26,7 +26,8 @@ def test_holds_200_mb():
 def test_the_clock_names_the_test_that_raised_the_peak(tmp_path):
     (tmp_path / "test_two.py").write_text(SUITE)
     out = tmp_path / "clock.json"
-    env = {**os.environ, "PYTHONPATH": str(REPO), "RAG_HARNESS_SUITE_CLOCK": str(out)}
+    mine = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}  # not an xdist worker's child
+    env = {**mine, "PYTHONPATH": str(REPO), "RAG_HARNESS_SUITE_CLOCK": str(out)}
     argv = [sys.executable, "-m", "pytest", "-q", "-p", "tests.suite_clock", "-p", "no:cacheprovider", "test_two.py"]
     done = subprocess.run(argv, env=env, capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert done.returncode == 0, done.stdout[-2000:]
