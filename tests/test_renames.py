@@ -106,11 +106,13 @@ def _moved(node, checkout: str):
     return node
 
 
-def test_a_run_folder_made_in_another_checkout_folder_resumes_here(tmp_path):
+def test_a_run_folder_made_in_another_checkout_folder_resumes_here(tmp_path, monkeypatch):
     """The key holds absolute paths (artifacts, data): a folder made in another clone has another key, and resumes
     when the paths are all that differ, each moved from one old checkout folder; anything else still refuses."""
     from harness.records import RUN, RunFolderMismatch, RunRecords
     from harness.renames import relocated
+
+    monkeypatch.delenv("RAG_HARNESS_DATA", raising=False)  # the data beside the checkout, as in a clone
 
     here = key_config(compose_config("config", ["method=compselect", "dataset=nq"]))
     there = _moved(here, "/elsewhere/ws/clone")
