@@ -103,13 +103,14 @@ def release_built_since(before: set[tuple], spare: Callable[[Any], bool] = lambd
 
 @pytest.fixture
 def release_new_models():
-    """Close what a test built that other tests of its module do not share (a Qwen reader or backbone: 2-4 GB
-    each as fp32 vLLM engines; two such tests left alive ended CI in an out-of-memory kill). SmolLM2's stay."""
+    """Close what a test built that other tests of its module do not share (a Qwen reader or backbone, a merged
+    adapter: 2-4 GB and ~1.7 GB as fp32 vLLM engines; two such tests left alive ended CI in an out-of-memory
+    kill). SmolLM2's own engines stay."""
     from harness import resources
 
     before = set(resources.loaded())
     yield
-    release_built_since(before, spare=lambda lm: lm.ref == LM)
+    release_built_since(before, spare=lambda lm: lm.ref == LM and lm.info["adapter"] is None)
 
 
 @pytest.fixture(scope="module", autouse=True)
