@@ -26,7 +26,7 @@ BASELINES=(
   longllmlingua longllmlingua_rate0.55
   selective_context selective_context_ratio0.68
   ci_oracle ci_oracle_sentences
-  edc2
+  edc2 edc2_no_escape
   bm25_sentences_budget bge_reranker_sentences_budget recomp_extr_budget longllmlingua_budget
   selective_context_budget
 )

@@ -15,7 +15,7 @@ from harness.types import Example, Passage, Unit
 from methods.edc2.cluster import dynamic_clusters
 from methods.edc2.llm import LocalLLM, ServerLLM
 from methods.edc2.method import EDC2
-from methods.edc2.prompts import COMPRESS, compress_prompt, keep_summary
+from methods.edc2.prompts import COMPRESS, ESCAPE, compress_prompt, keep_summary
 from tests.http_stub import JSONHandler, serve
 
 Q = np.array([1.0, 0.0, 0.0])
@@ -74,9 +74,22 @@ def test_summary_saying_nothing_to_extract_is_dropped():
 
 def test_prompt_is_the_papers_verbatim_with_numbered_documents():
     p = compress_prompt("who built it", ["A: x", "B: y"])
-    assert p == COMPRESS.format(query="who built it", docs="1.A: x\n2.B: y")
+    assert p == COMPRESS.format(query="who built it", docs="1.A: x\n2.B: y", escape=ESCAPE)
     assert 'please output "No content to extract"' in p and p.endswith("##Summarized Docs##:\n")
     assert compress_prompt("q", ["d"], ["ex one"]).startswith("##Example 1##:\nex one\n##Instruction##:")
+
+
+def test_the_no_escape_variant_leaves_out_only_the_escape_line():
+    from harness.config import compose_config
+    from harness.runner import build_method
+
+    paper, plain = compress_prompt("q", ["A: x"]), compress_prompt("q", ["A: x"], escape_line=False)
+    assert ESCAPE in paper and "No content" not in plain and paper.replace(ESCAPE, "") == plain
+    method = build_method(compose_config(overrides=["method=edc2_no_escape"]).method)
+    assert method.name == "edc2_no_escape" and method.escape_line is False
+    assert method.describe()["escape_line"] is False
+    default = build_method(compose_config(overrides=["method=edc2"]).method)
+    assert default.escape_line and "escape_line" not in default.describe()  # the default's records unchanged
 
 
 @pytest.mark.slow

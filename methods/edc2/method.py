@@ -4,7 +4,8 @@ extract, and answer from the surviving summaries, or from all the raw passages w
 
 Defaults: Algorithm 1 as the paper gives it (``cluster.dynamic_clusters``, tau = 3 for QA, cap 20), cosine
 over the encoder's normalised embeddings of the passages and the question; the section 4.3 prompt verbatim,
-zero-shot; the released code's drop rule. Each surviving summary becomes one document of the harness's shared
+zero-shot (``escape_line=False``, ``edc2_no_escape``: without its "No content to extract" line); the released
+code's drop rule. Each surviving summary becomes one document of the harness's shared
 prompt (the code numbers them ``1.{s}`` in its own answer prompt); the fallback shows the passages as
 ``Full`` does.
 All clusters of a batch of examples go to the LLM together. ``meta`` records the clusters, the summaries,
@@ -53,6 +54,7 @@ class EDC2(Compressor):
         variant: str = "paper",
         few_shot: Sequence[str] = (),
         drop_question_marks: bool = True,
+        escape_line: bool = True,
     ) -> None:
         super().__init__()
         if variant not in VARIANTS:
@@ -60,6 +62,7 @@ class EDC2(Compressor):
         self.llm, self.encoder_ref = llm, encoder
         self.tau, self.cap, self.variant = tau, cap, variant
         self.few_shot, self.drop_question_marks = list(few_shot), drop_question_marks
+        self.escape_line = escape_line
         self._encoder = None
 
     def bind(self, env: MethodEnv) -> None:
@@ -89,7 +92,9 @@ class EDC2(Compressor):
         t0 = time.perf_counter()
         groups = [self.clusters(ex) for ex in examples]
         t1 = time.perf_counter()
-        render = lambda documents, question: compress_prompt(question, documents, self.few_shot)  # noqa: E731
+        render = lambda documents, question: compress_prompt(  # noqa: E731
+            question, documents, self.few_shot, self.escape_line
+        )
         fits = [
             self.llm.fit(render, {"documents": [passage_text(ex.passages[i]) for i in cl], "question": ex.question})
             for ex, cls in zip(examples, groups, strict=True)
@@ -139,6 +144,7 @@ class EDC2(Compressor):
             "variant": self.variant,
             "few_shot": len(self.few_shot),
             "drop_question_marks": self.drop_question_marks,
+            **({} if self.escape_line else {"escape_line": False}),  # the default's records as before
             "encoder": self.encoder_ref,
             "llm": self.llm.describe(),
         }

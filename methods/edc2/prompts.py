@@ -2,7 +2,9 @@
 
 ``COMPRESS`` is the query-aware extraction prompt of section 4.3 (main text), verbatim; its few-shot
 header (``##Example 1##: ...``) is written only when examples are configured (the paper prints placeholders;
-zero-shot is the default here, papers.md 4.9 item 5). Documents inside a cluster are numbered
+zero-shot is the default here, papers.md 4.9 item 5). ``ESCAPE`` is the prompt's line that asks for "No content to
+extract"; ``escape_line=False`` leaves it out (a departure, for a small LM that gives that line for every cluster:
+research/backbone/README.md). Documents inside a cluster are numbered
 ``1.{doc}\\n2.{doc}`` as in the released code. ``DROP_MARKERS`` is the released code's rule for summaries
 that carry nothing: any of these substrings drops the summary, and so does any ``?`` unless
 ``drop_question_marks`` is off; an empty output is dropped too (not in the code: an empty string cannot help).
@@ -20,13 +22,15 @@ COMPRESS = (
     "The extracted content must be objective, verifiable, and directly traceable to the original documents. "
     "Avoid making inferences or drawing conclusions based on the extracted content and DO NOT answer this "
     "question directly.\n"
-    'If you find that the documents contain no relevant information, please output "No content to extract".\n'
+    "{escape}"
     "##Question##:\n"
     "{query}\n"
     "##Documents##:\n"
     " {docs}\n"
     "##Summarized Docs##:\n"
 )
+
+ESCAPE = 'If you find that the documents contain no relevant information, please output "No content to extract".\n'
 
 DROP_MARKERS = (
     "No content to",
@@ -45,9 +49,9 @@ def number(texts: Sequence[str]) -> str:
     return "\n".join(f"{i}.{t}" for i, t in enumerate(texts, start=1))
 
 
-def compress_prompt(query: str, docs: Sequence[str], examples: Sequence[str] = ()) -> str:
+def compress_prompt(query: str, docs: Sequence[str], examples: Sequence[str] = (), escape_line: bool = True) -> str:
     shots = "".join(f"##Example {i}##:\n{ex}\n" for i, ex in enumerate(examples, start=1))
-    return shots + COMPRESS.format(query=query, docs=number(docs))
+    return shots + COMPRESS.format(query=query, docs=number(docs), escape=ESCAPE if escape_line else "")
 
 
 def keep_summary(summary: str, drop_question_marks: bool = True) -> bool:

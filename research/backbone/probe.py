@@ -49,6 +49,7 @@ def figures(records: list[dict], summary: dict) -> dict:
     n = len(records)
     share = lambda xs: 100 * sum(xs) / max(n, 1)  # noqa: E731
     metas = [r.get("meta") or {} for r in records]
+    edc2 = str(summary["method"]).startswith("edc2")  # its variants fall back to every passage too
     return {
         "backbone": backbone_of(summary),
         "method": summary["method"],
@@ -60,7 +61,7 @@ def figures(records: list[dict], summary: dict) -> dict:
         "subem": share(subem(r["prediction"], r["answers"]) for r in records),
         "empty": share(not r["context"].strip() for r in records),
         "scaffold": share(bool(SCAFFOLD.search(r["context"])) for r in records),
-        "fallback": share(bool(m.get("fallback")) for m in metas) if summary["method"] == "edc2" else None,
+        "fallback": share(bool(m.get("fallback")) for m in metas) if edc2 else None,
     }
 
 
