@@ -136,14 +136,15 @@ def test_export_from_the_archive_fails_in_one_line():
     assert "\n" not in str(e.value)
 
 
-BACKFILLED = {  # remade and backfilled (issue 93): 2026-12-06 the first six rows, 2026-12-07 NQ's and TQA's LM
+BACKFILLED = {  # remade and backfilled (issue 93): 2026-12-06 the first six rows, 2026-12-07 every dataset's LM
     d: ["naive", "full", "top1", "bm25", "bge_reranker", "recomp_extr"] for d in ("nq", "triviaqa", "hotpotqa")
 }  # compressors
-for d in ("nq", "triviaqa"):
+for d in ("nq", "triviaqa", "hotpotqa"):
     BACKFILLED[d] += [
-        "recomp_abs", "longllmlingua", "selective_context", "exit", "refiner", "compselect", "finefilter",
-        "oracle_sentences",
+        "recomp_abs", "longllmlingua", "selective_context", "exit", "compselect", "finefilter", "oracle_sentences",
     ]  # fmt: skip
+    if d != "hotpotqa":  # HotpotQA's Refiner: 1 of 200 contexts remade differently on another CPU kind (NOTES.md)
+        BACKFILLED[d].append("refiner")
 
 
 def test_a_clone_exports_the_backfilled_headline_contexts_and_they_hash_as_archived(tmp_path):
