@@ -14,7 +14,6 @@ from the records: the git commit, the config key of ``run.json``, and the model 
 from __future__ import annotations
 
 import json
-from collections import OrderedDict
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -283,32 +282,9 @@ def read_predictions(folder: str | Path, n: int | None = None) -> pd.DataFrame:
     return pd.DataFrame(read_records(folder, n))
 
 
-# parsed record files by (path, modification time, size), the most recently read first out last: a publish reads
-# each run's records in many views; at most MEMO_BYTES of files are held
-_SCORED: OrderedDict[tuple[str, int, int], list[dict[str, Any]]] = OrderedDict()
-MEMO_BYTES = 512 * 2**20
-
-
-def _scored(path: Path) -> list[dict[str, Any]]:
-    """The scored records of one ``predictions.jsonl``, parsed once per version of the file."""
-    try:
-        st = path.stat()
-    except FileNotFoundError:
-        return []
-    key = (str(path.resolve()), st.st_mtime_ns, st.st_size)
-    if key in _SCORED:
-        _SCORED.move_to_end(key)
-        return _SCORED[key]
-    recs = {r["id"]: r for r in read_jsonl(path)}
-    scored = [r for r in recs.values() if "error" not in r]  # a failed example (on_error: skip) has no scores
-    _SCORED[key] = scored
-    while sum(k[2] for k in _SCORED) > MEMO_BYTES and len(_SCORED) > 1:
-        _SCORED.popitem(last=False)
-    return scored
-
-
 def read_records(folder: str | Path, n: int | None = None) -> list[dict[str, Any]]:
     """The scored records of a run as written: the first ``n`` example ids in file order (the examples its
-    summary was computed from), the last record of an id winning, as the harness reads them on resume. Each call
-    gets its own record dicts (shallow copies of a per-file memo: a file is parsed once per version)."""
-    return [dict(r) for r in _scored(Path(folder) / PREDICTIONS)[: n if n is not None else None]]
+    summary was computed from), the last record of an id winning, as the harness reads them on resume."""
+    recs = {r["id"]: r for r in read_jsonl(Path(folder) / PREDICTIONS)}
+    scored = [r for r in recs.values() if "error" not in r]  # a failed example (on_error: skip) has no scores
+    return scored[: n if n is not None else None]

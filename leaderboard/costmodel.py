@@ -26,8 +26,6 @@ Pure functions over dicts: nothing here loads a model.
 
 from __future__ import annotations
 
-import bisect
-import functools
 import itertools
 import json
 import math
@@ -204,42 +202,16 @@ def table_shapes(data: Mapping[str, Any]) -> dict[str, Shape]:
     return {s.name: s for s in shapes}
 
 
-@functools.lru_cache(maxsize=256)
-def _curve(points: Points) -> tuple[Any, Any, float]:
-    """A curve's x and y arrays and its last slope (not below 0), built once per curve."""
-    xs = np.array([p[0] for p in points])
-    ys = np.array([p[1] for p in points])
-    slope = max((ys[-1] - ys[-2]) / (xs[-1] - xs[-2]), 0.0) if len(xs) > 1 else 0.0
-    return xs, ys, slope
-
-
-def _interpolate_one(points: Points, x: float) -> float:
-    """``interpolate`` at one point, in plain Python (a publish asks hundreds of thousands): numpy's ``interp``
-    arithmetic, so the same float."""
-    xs, ys = [p[0] for p in points], [p[1] for p in points]
-    if x > xs[-1]:
-        slope = max((ys[-1] - ys[-2]) / (xs[-1] - xs[-2]), 0.0) if len(xs) > 1 else 0.0
-        return ys[-1] + slope * (x - xs[-1]) if len(xs) > 1 else ys[-1]
-    if x == xs[-1]:
-        return ys[-1]
-    if x <= xs[0]:
-        return ys[0]
-    j = bisect.bisect_right(xs, x) - 1
-    if x == xs[j]:
-        return ys[j]
-    return (ys[j + 1] - ys[j]) / (xs[j + 1] - xs[j]) * (x - xs[j]) + ys[j]
-
-
 def interpolate(points: Points, x: Any) -> Any:
     """Piecewise-linear in the measured points; the smallest figure below them; the last slope (not below 0) above."""
     if not points:
         raise ValueError("no measured figure")
-    if isinstance(x, int | float) and not math.isnan(x):
-        return float(_interpolate_one(points, float(x)))
-    xs, ys, slope = _curve(points)
+    xs = np.array([p[0] for p in points])
+    ys = np.array([p[1] for p in points])
     at = np.asarray(x, dtype=float)
     y = np.interp(at, xs, ys)
     if len(xs) > 1:
+        slope = max((ys[-1] - ys[-2]) / (xs[-1] - xs[-2]), 0.0)
         y = np.where(at > xs[-1], ys[-1] + slope * (at - xs[-1]), y)
     return float(y) if np.ndim(y) == 0 else y
 
@@ -253,7 +225,6 @@ class DeviceTable:
         self.name = name or str(self.meta.get("device_name", ""))
         self.shapes = table_shapes(data)
         self.configs = dict(configs)
-        self._scaled: dict[str, Shape] = {}  # the CONFIGS shapes scaled so far (``shape``)
 
     @classmethod
     def load(cls, path: str | Path, configs: Mapping[str, Mapping[str, Any]] = CONFIGS) -> DeviceTable:
@@ -266,12 +237,6 @@ class DeviceTable:
         """The measured shape, or a ``CONFIGS`` one scaled from the measured shape of its kind nearest in params."""
         if name in self.shapes:
             return self.shapes[name]
-        if name not in self._scaled:
-            self._scaled[name] = self._scale(name)
-        return self._scaled[name]
-
-    def _scale(self, name: str) -> Shape:
-        """A ``CONFIGS`` shape scaled from the measured shape of its kind nearest in params."""
         if name not in self.configs:
             raise KeyError(f"shape {name!r}: not in the device table {self.name!r} nor in CONFIGS")
         config = dict(self.configs[name])

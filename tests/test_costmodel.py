@@ -268,22 +268,3 @@ def test_the_h200_table_reads_the_70b_extrapolation_and_t5_as_encode_then_decode
     want = h200.prefill("t5_large", 700) + sum(h200.decode("t5_large", j) for j in range(3))
     assert got["stages"]["compress"]["s"] == pytest.approx(want)
     assert h200.decode("gpt2", 900) >= h200.decode("gpt2", 512)  # beyond the measured points: the last slope
-
-
-def test_interpolation_at_one_point_is_numpys_float_and_the_curve_past_its_end_keeps_its_last_slope():
-    """The plain-Python path (one point, as a publish asks it hundreds of thousands of times) gives numpy's float
-    to the last bit, below, on, between and past the measured points; an array takes numpy's path."""
-    import numpy as np
-
-    points = ((16.0, 0.0123), (128.0, 0.0301), (512.0, 0.0299), (2048.0, 0.1774))
-    xs, ys = np.array([p[0] for p in points]), np.array([p[1] for p in points])
-    at = [1.0, 16.0, 17.5, 100.0, 128.0, 300.3, 512.0, 2047.0, 2048.0, 2049.0, 9000.0]
-    vector = cm.interpolate(points, np.array(at))
-    slope = (ys[-1] - ys[-2]) / (xs[-1] - xs[-2])
-    for x, v in zip(at, vector, strict=True):
-        one = cm.interpolate(points, x)
-        assert isinstance(one, float) and one == float(v), x
-        want = ys[-1] + slope * (x - xs[-1]) if x > xs[-1] else float(np.interp(x, xs, ys))
-        assert one == want, x
-    flat = ((16.0, 0.5), (128.0, 0.25))  # a falling last segment: flat past the end, not below
-    assert cm.interpolate(flat, 1000.0) == 0.25 and cm.interpolate(((8.0, 0.1),), 50.0) == 0.1

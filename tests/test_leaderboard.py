@@ -1193,19 +1193,3 @@ def test_a_reader_block_that_read_anothers_contexts_never_takes_the_headline_by_
     assert newest_block(pd.concat([every, reader])) == head
     assert newest_block(pd.concat([every, reader.assign(reused_contexts=0)])) == (head[0], "a-second-reader")
     assert newest_block(reader) == (head[0], "a-second-reader")  # no other block left: the reader's
-
-
-def test_read_records_parses_a_file_once_per_version_and_hands_out_records_of_its_own(tmp_path):
-    """The memo behind a publish's many reads: a rewritten file is read again; a caller changing its records does
-    not change the next caller's."""
-    folder = tmp_path / "run"
-    folder.mkdir()
-    path = folder / "predictions.jsonl"
-    path.write_text('{"id": "a", "subem": 1.0}\n{"id": "b", "error": "x"}\n{"id": "c", "subem": 0.0}\n')
-    first = read_records(folder)
-    assert [r["id"] for r in first] == ["a", "c"] and read_records(folder, 1) == [{"id": "a", "subem": 1.0}]
-    first[0]["subem"] = 0.5
-    assert read_records(folder)[0]["subem"] == 1.0
-    path.write_text('{"id": "a", "subem": 0.0}\n')  # another size: another version
-    assert read_records(folder) == [{"id": "a", "subem": 0.0}]
-    assert read_records(tmp_path / "none") == []
