@@ -142,9 +142,8 @@ BACKFILLED = {  # remade and backfilled (issue 93): 2026-12-06 the first six row
 for d in ("nq", "triviaqa", "hotpotqa"):
     BACKFILLED[d] += [
         "recomp_abs", "longllmlingua", "selective_context", "exit", "compselect", "finefilter", "oracle_sentences",
+        "refiner",  # HotpotQA's: remade on an AMD EPYC as archived (an Intel Xeon parted on 1 of 200; NOTES.md)
     ]  # fmt: skip
-    if d != "hotpotqa":  # HotpotQA's Refiner: 1 of 200 contexts remade differently on another CPU kind (NOTES.md)
-        BACKFILLED[d].append("refiner")
 
 
 def test_a_clone_exports_the_backfilled_headline_contexts_and_they_hash_as_archived(tmp_path):
