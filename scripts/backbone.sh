@@ -13,7 +13,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PROMPTED=recomp_abs,refiner,edc2,compselect_direct,longllmlingua,selective_context
-LM_ROWS=compselect,finefilter,$PROMPTED
+# edc2_no_escape: EDC2 without its escape line, chosen on train questions (research/backbone/README.md)
+LM_ROWS=compselect,finefilter,$PROMPTED,edc2_no_escape
 PY=${PYTHON:-.venv/bin/python}
 DATASETS=${DATASETS:-nq,triviaqa,hotpotqa}
 

@@ -124,4 +124,4 @@ def test_the_backbone_script_switches_every_step_and_reads_with_the_05b():
         assert "backbone=qwen05b" in c and "limit=200" in c and "dataset.sample=shuffled" in c
     assert "generator=qwen25_05b_vllm" in read and not any(a.startswith("generator=") for a in compress)
     methods = next(a for a in compress if a.startswith("method=")).removeprefix("method=").split(",")
-    assert set(methods) == {"compselect", "finefilter", *PROMPTED}
+    assert set(methods) == {"compselect", "finefilter", *PROMPTED, "edc2_no_escape"}
