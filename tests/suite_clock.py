@@ -175,7 +175,8 @@ def summary() -> dict[str, Any]:
             for k, f in sorted(SEEN.items(), key=lambda kv: -kv[1][6])[:MEMORY]
             if f[6] >= 0.05
         ],
-        "per_test": {k: [round(f[0], 2), round(f[1], 2), f[3], f[5], f[6]] for k, f in SEEN.items()},
+        # per test: [wall s, load s, child Python processes, peak GB after it, GB it raised the peak, loads by kind]
+        "per_test": {k: [round(f[0], 2), round(f[1], 2), f[3], f[5], f[6], dict(f[2])] for k, f in SEEN.items()},
     }
 
 
