@@ -10,7 +10,8 @@
 #                                  # ROWS (default compselect) on DATASETS (default nq), the shuffled 200; no
 #                                  # compressor model loads (summary.json: run.method_bound false)
 #   scripts/readers.sh read15b     # the 1.5B (bash scripts/install.sh --qwen15b): the issue's minimum rows first,
-#                                  # NQ 200, TriviaQA and HotpotQA 100; LIMIT=200 for the shuffled 200 of each
+#                                  # NQ 200, TriviaQA and HotpotQA 100; LIMIT=200 for the shuffled 200 of each;
+#                                  # the archive's contexts (export-contexts, contexts=), so it runs from a fresh clone
 #
 # ROWS=a,b,... (remake, read05b) runs those rows only, in that order (the sweep runs each row's datasets before the
 # next row's); DATASETS=nq,... those datasets only.
@@ -48,10 +49,17 @@ case "${1:-}" in
     run "$PY" -m harness -m generator=qwen25_05b_vllm "method=${ROWS:-compselect}" "dataset=${DATASETS:-nq}" limit=200 \
       "contexts=$file" "${sample[@]}"
     ;;
-  read15b)
-    run "$PY" -m harness -m generator=qwen25_15b_vllm "method=$MINIMUM" dataset=nq "limit=${LIMIT:-200}" "${sample[@]}"
-    run "$PY" -m harness -m generator=qwen25_15b_vllm "method=$MINIMUM" dataset=triviaqa,hotpotqa \
-      "limit=${LIMIT:-100}" "${sample[@]}"
+  read15b)  # the archive's own contexts (every Table 2 row's are in its store): no compressor on any machine
+    mkdir -p "$RESULTS"
+    root="$(cd "$RESULTS" && pwd)"
+    for part in "nq ${LIMIT:-200}" "triviaqa,hotpotqa ${LIMIT:-100}"; do
+      read -r sets n <<<"$part"
+      file="$root/contexts-15b-${sets//,/-}.jsonl.gz"
+      run "$PY" -m leaderboard export-contexts leaderboard/runs "$file" --variants "${ROWS:-$MINIMUM}" --datasets "$sets" \
+        --limit "$n"
+      run "$PY" -m harness -m generator=qwen25_15b_vllm "method=${ROWS:-$MINIMUM}" "dataset=$sets" "limit=$n" \
+        "contexts=$file" "${sample[@]}"
+    done
     ;;
   *) echo "usage: $0 remake|backfill|read05b|clone05b|read15b" >&2; exit 2 ;;
 esac
