@@ -1,10 +1,12 @@
 """LoRA SFT speed, fp32 against bf16 autocast, on CompSelect's extractor examples (real NQ train questions).
 
-``python -m benchmarks.bench_lora [--n 8] [--steps 3] [--grad-accum 4]``: builds the extractor's training
+``python -m benchmarks.bench_lora [--n 8] [--steps 3] [--grad-accum 4] [--lm REF]``: builds the extractor's training
 examples (Table 9 prompt over the passages, answer sentences as target, 1,024-token inputs) from the first NQ
 train questions that have an answer sentence, then runs the same optimizer steps of ``harness.lm.lora.train_lora``
 once per compute dtype in this process, and prints seconds per step, tokens per second, the ratio, the step
-losses (bf16 should track fp32) and the CPU's flags. The first step of each is a warm-up and not timed.
+losses (bf16 should track fp32) and the CPU's flags. The first step of each is a warm-up and not timed. ``--lm``
+times another backbone (``embedded:qwen2.5-coder-0.5b-instruct``: issue 94's step time), its own tokenizer and chat
+template making the examples.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import time
 from pathlib import Path
 
 
-def examples(n: int, max_input_tokens: int):
+def examples(n: int, max_input_tokens: int, ref: str = "embedded:smollm2-135m-instruct"):
     from harness.data import DatasetSpec, load_dataset
     from methods.compselect.method import extractor_input
     from methods.compselect.prompts import sentence_lines
@@ -26,7 +28,7 @@ def examples(n: int, max_input_tokens: int):
 
     root = Path(os.environ.get("RAG_HARNESS_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
     data = load_dataset(DatasetSpec("nq", str(root / "nq" / "train.jsonl.gz"), 5, "none", None))
-    lm = LoraLM("embedded:smollm2-135m-instruct", {}, "float32", "cpu")
+    lm = LoraLM(ref, {}, "float32", "cpu")
     out = []
     for e in data:
         x = extractor_input(lm, e, max_input_tokens)
@@ -50,9 +52,10 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=3, help="timed optimizer steps (after one warm-up step)")
     ap.add_argument("--grad-accum", type=int, default=4)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--lm", default="embedded:smollm2-135m-instruct", help="the backbone (a model reference)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    lm, train = examples(args.n, 1024)
+    lm, train = examples(args.n, 1024, args.lm)
     tokens = sum(len(e.prompt) + len(e.target) for e in train) / len(train)
     rows = []
     for dtype in (None, "bfloat16"):
@@ -92,6 +95,7 @@ def main() -> None:
     print(
         json.dumps(
             {
+                "lm": args.lm,
                 "examples": len(train),
                 "mean_tokens": round(tokens, 1),
                 "grad_accum": args.grad_accum,
