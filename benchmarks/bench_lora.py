@@ -17,8 +17,10 @@ import os
 import time
 from pathlib import Path
 
+SMOLLM2 = "embedded:smollm2-135m-instruct"
 
-def examples(n: int, max_input_tokens: int, ref: str = "embedded:smollm2-135m-instruct"):
+
+def examples(n: int, max_input_tokens: int, ref: str = SMOLLM2):
     from harness.data import DatasetSpec, load_dataset
     from methods.compselect.method import extractor_input
     from methods.compselect.prompts import sentence_lines
@@ -52,7 +54,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=3, help="timed optimizer steps (after one warm-up step)")
     ap.add_argument("--grad-accum", type=int, default=4)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
-    ap.add_argument("--lm", default="embedded:smollm2-135m-instruct", help="the backbone (a model reference)")
+    ap.add_argument("--lm", default=SMOLLM2, help="the backbone (a model reference)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     lm, train = examples(args.n, 1024, args.lm)

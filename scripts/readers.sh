@@ -32,6 +32,13 @@ run() {
   if [ -n "${DRY_RUN:-}" ]; then echo "$*"; else "$@"; fi
 }
 
+# from_archive GENERATOR ROWS DATASETS LIMIT FILE: export the archive's own contexts of ROWS to FILE, then GENERATOR
+# reads them (contexts=FILE: no compressor binds)
+from_archive() {
+  run "$PY" -m leaderboard export-contexts leaderboard/runs "$5" --variants "$2" --datasets "$3" --limit "$4"
+  run "$PY" -m harness -m "generator=$1" "method=$2" "dataset=$3" "limit=$4" "contexts=$5" "${sample[@]}"
+}
+
 case "${1:-}" in
   remake) run "$PY" -m harness -m "method=${ROWS:-$TABLE2}" "dataset=${DATASETS:-nq,triviaqa,hotpotqa}" limit=200 "${sample[@]}" ;;
   backfill) run "$PY" -m leaderboard backfill-contexts "$RESULTS" leaderboard/runs ;;
@@ -43,22 +50,15 @@ case "${1:-}" in
     RESULTS=${given:-results-clone}  # a root of its own: its runs must find no remade contexts to reuse
     sample=(dataset.sample=shuffled dataset.seed=0 latency.samples=0 "results_dir=$RESULTS")
     mkdir -p "$RESULTS"
-    file="$(cd "$RESULTS" && pwd)/contexts-archive.jsonl.gz"
-    run "$PY" -m leaderboard export-contexts leaderboard/runs "$file" --variants "${ROWS:-compselect}" \
-      --datasets "${DATASETS:-nq}" --limit 200
-    run "$PY" -m harness -m generator=qwen25_05b_vllm "method=${ROWS:-compselect}" "dataset=${DATASETS:-nq}" limit=200 \
-      "contexts=$file" "${sample[@]}"
+    from_archive qwen25_05b_vllm "${ROWS:-compselect}" "${DATASETS:-nq}" 200 \
+      "$(cd "$RESULTS" && pwd)/contexts-archive.jsonl.gz"
     ;;
   read15b)  # the archive's own contexts (every Table 2 row's are in its store): no compressor on any machine
     mkdir -p "$RESULTS"
     root="$(cd "$RESULTS" && pwd)"
     for part in "nq ${LIMIT:-200}" "triviaqa,hotpotqa ${LIMIT:-100}"; do
       read -r sets n <<<"$part"
-      file="$root/contexts-15b-${sets//,/-}.jsonl.gz"
-      run "$PY" -m leaderboard export-contexts leaderboard/runs "$file" --variants "${ROWS:-$MINIMUM}" --datasets "$sets" \
-        --limit "$n"
-      run "$PY" -m harness -m generator=qwen25_15b_vllm "method=${ROWS:-$MINIMUM}" "dataset=$sets" "limit=$n" \
-        "contexts=$file" "${sample[@]}"
+      from_archive qwen25_15b_vllm "${ROWS:-$MINIMUM}" "$sets" "$n" "$root/contexts-15b-${sets//,/-}.jsonl.gz"
     done
     ;;
   *) echo "usage: $0 remake|backfill|read05b|clone05b|read15b" >&2; exit 2 ;;

@@ -8,12 +8,12 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import LM as SMOL
 from conftest import QWEN05, needs_qwen05, release_built_since
 
 from harness.config import compose_config
 from harness.runner import backbone, key_config
 
-SMOL = "embedded:smollm2-135m-instruct"
 # each method and where its config names the LM it calls
 LM_OF = {
     "recomp_abs": lambda c: c.method.model,

@@ -136,14 +136,13 @@ def test_export_from_the_archive_fails_in_one_line():
     assert "\n" not in str(e.value)
 
 
-BACKFILLED = {  # remade and backfilled (issue 93): 2026-12-06 the first six rows, 2026-12-07 every dataset's LM
-    d: ["naive", "full", "top1", "bm25", "bge_reranker", "recomp_extr"] for d in ("nq", "triviaqa", "hotpotqa")
-}  # compressors
-for d in ("nq", "triviaqa", "hotpotqa"):
-    BACKFILLED[d] += [
-        "recomp_abs", "longllmlingua", "selective_context", "exit", "compselect", "finefilter", "oracle_sentences",
-        "refiner",  # HotpotQA's: remade on an AMD EPYC as archived (an Intel Xeon parted on 1 of 200; NOTES.md)
-    ]  # fmt: skip
+# remade and backfilled (issue 93): 2026-12-06 the first six rows, 2026-12-07 every dataset's LM compressors
+# (HotpotQA's Refiner remade on an AMD EPYC as archived: an Intel Xeon parted on 1 of 200; NOTES.md)
+BACKFILLED_ROWS = [
+    "naive", "full", "top1", "bm25", "bge_reranker", "recomp_extr", "recomp_abs", "longllmlingua",
+    "selective_context", "exit", "compselect", "finefilter", "oracle_sentences", "refiner",
+]  # fmt: skip
+BACKFILLED = {d: BACKFILLED_ROWS for d in ("nq", "triviaqa", "hotpotqa")}
 
 
 def test_a_clone_exports_the_backfilled_headline_contexts_and_they_hash_as_archived(tmp_path):
