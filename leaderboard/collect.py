@@ -234,6 +234,7 @@ def _row(folder: Path, root: Path) -> dict[str, Any] | None:
         "diagnostics": json.dumps(s.get("diagnostics") or {}, sort_keys=True),
         "oracle": bool(minfo.get("oracle", False)),
         "backbone": (s.get("backbone") or {}).get("switch"),  # the compressors' LM switch (conf/backbone/)
+        "backbone_lm": (s.get("backbone") or {}).get("lm"),  # the methods' shared LM the run's config set
         "commit": git.get("commit"),
         "dirty": git.get("dirty"),
         "config_key": s.get("config_key") or run.get("key"),

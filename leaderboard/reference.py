@@ -139,6 +139,12 @@ def setting_tables(reference: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
 
 
 @lru_cache(maxsize=1)
+def claims() -> dict[str, dict]:
+    """Seed method -> ``{paper, above}`` (``data/claims.yaml``): the rows its paper reports it above."""
+    return dict(yaml.safe_load((DATA / "claims.yaml").read_text(encoding="utf-8")) or {})
+
+
+@lru_cache(maxsize=1)
 def reader_sizes() -> dict[str, dict]:
     """Model reference -> ``{label, params, size}`` (``data/reader_sizes.yaml``): the readers' names and sizes in
     the views."""

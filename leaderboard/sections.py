@@ -52,6 +52,14 @@ SECTIONS: tuple[Section, ...] = (
         "Not run yet: no budget variant (conf/method/*_budget.yaml) of the headline block.",
     ),
     Section(
+        "backbone",
+        "Compressors at size",
+        "Does a compressor with a larger language model inside keep better contexts, and do the seeds' orderings "
+        "hold then? Each language-model compressor on two backbones, read by each reader.",
+        "Not run yet: no row of the {profile} profile with its compressors' language models switched (`backbone=`, "
+        "conf/backbone/).",
+    ),
+    Section(
         "ranks",
         "Where the answer sits",
         "Does full fall as the first answer-bearing passage sits lower, and do the selectors gain by position or "

@@ -47,6 +47,7 @@ def write_run(
     oracle=False,
     commit="abc123",
     latency_n=5,
+    backbone: dict | None = None,
 ) -> Path:
     """A run folder in the harness's layout; records scored by ``harness.metrics.score`` and summarised by
     ``harness.records.summarize``, so the files have exactly the harness's shape."""
@@ -95,6 +96,7 @@ def write_run(
         "git": {"commit": commit, "dirty": False},
         "packages": {"numpy": "2"},
         "finished_at": finished,
+        **({"backbone": backbone} if backbone else {}),
     }
     (folder / "summary.json").write_text(json.dumps(summary))
     return folder

@@ -5,7 +5,7 @@ module here and one entry in ``VIEWS``; ``publish`` does not change."""
 from __future__ import annotations
 
 from leaderboard.page import View
-from leaderboard.views import budget, compare_view, kept, ranks, readers, retrieval, scale, size
+from leaderboard.views import backbone, budget, compare_view, kept, ranks, readers, retrieval, scale, size
 
 # in reading order within each section (the sections' own order is leaderboard.sections); the rows a view owns
 # follow every other run in runs.csv in this order
@@ -16,6 +16,7 @@ VIEWS: list[View] = [
     retrieval.FAILS_VIEW,
     retrieval.MORE_VIEW,
     budget.VIEW,
+    backbone.VIEW,
     scale.VIEW,
     ranks.VIEW,
     compare_view.VIEW,
