@@ -84,3 +84,19 @@ def test_a_variants_lms_are_read_from_its_describe_tree():
         {"role": "method", "ref": "embedded:smollm2-135m-instruct", "engine": "vllm", "dtype": info["lm"]["dtype"]}
     ]
     assert lm_entries({"model": {"ref": "x"}}, "method") == []
+
+
+def test_a_variant_with_its_own_overrides_is_timed_with_them():
+    """``recomp_abs[backbone=qwen05b]`` (the leaderboard's name of a switched-backbone row) composes with the
+    0.5B as the compressors' LM, so one pass times both backbones; commas inside brackets do not split variants."""
+    from harness.config import compose_config
+    from tools.latency_pass import SAMPLE, split_variants, variant_overrides
+
+    assert split_variants("full,edc2[backbone=qwen05b,x=1],bm25") == ["full", "edc2[backbone=qwen05b,x=1]", "bm25"]
+    assert variant_overrides("edc2[backbone=qwen05b,x=1]") == ("edc2", ["backbone=qwen05b", "x=1"])
+    assert variant_overrides("bm25") == ("bm25", [])
+    method, own = variant_overrides("recomp_abs[backbone=qwen05b]")
+    cfg = compose_config(overrides=[f"method={method}", "dataset=nq", *SAMPLE, *own])
+    plain = compose_config(overrides=[f"method={method}", "dataset=nq", *SAMPLE])
+    assert cfg.models.lm == "embedded:qwen2.5-coder-0.5b-instruct" != plain.models.lm
+    assert cfg.generator.model == plain.generator.model  # the reader stays the generator's

@@ -1,7 +1,8 @@
 """Latency side by side: every variant timed in one pass on one machine, on the same questions, ``full`` beside them.
 
-    .venv/bin/python -m tools.latency_pass [--variants full,bm25,...] [--datasets nq,triviaqa,hotpotqa] [--n 20]
-        [--repeats 2] [--warmup 2] [--runs leaderboard/runs] [--out FILE] [HYDRA_OVERRIDE ...]
+    .venv/bin/python -m tools.latency_pass [--variants full,bm25,recomp_abs[backbone=qwen05b],...]
+        [--datasets nq,triviaqa,hotpotqa] [--n 20] [--repeats 2] [--warmup 2] [--runs leaderboard/runs]
+        [--out FILE] [HYDRA_OVERRIDE ...]
 
 For each dataset, the first ``--n`` questions of the snapshot's sample (``dataset.sample=shuffled
 dataset.seed=0``; Hydra overrides after the options change it or anything else) are answered by every variant
@@ -10,6 +11,8 @@ dataset.seed=0``; Hydra overrides after the options change it or anything else) 
 and the sentence-split memo emptied before each (the protocol of ``harness.runner.latency_pass``, whose
 ``process`` times them). The variants are interleaved question by question (each question starting one variant
 further on), so drift on a shared machine hits every variant alike; ``full`` is always among them, the reference.
+A variant named as the leaderboard names a run with its own overrides (``recomp_abs[backbone=qwen05b]``) is
+composed with them.
 The whole pass is repeated ``--repeats`` times (at least 2): every ratio to ``full`` is computed within a
 repeat, then averaged, and the spread over the repeats is reported.
 
@@ -86,13 +89,34 @@ class Setup:
     threads: int  # the model layer's thread count (``generator.threads``, OMP_NUM_THREADS or every core)
 
 
+def split_variants(text: str) -> list[str]:
+    """``--variants``, split on the commas outside brackets: ``full,edc2[backbone=qwen05b,x=1]`` is two."""
+    out, depth, cur = [], 0, ""
+    for ch in text:
+        depth += (ch == "[") - (ch == "]")
+        if ch == "," and depth == 0:
+            out.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    return [v for v in [*out, cur] if v]
+
+
+def variant_overrides(variant: str) -> tuple[str, list[str]]:
+    """A variant as the leaderboard names it (``method[override,...]``: the run's own overrides) -> (method, its
+    overrides), so that ``recomp_abs[backbone=qwen05b]`` is timed with its compressors' backbone switched."""
+    method, _, rest = variant.partition("[")
+    return method, [o for o in rest.rstrip("]").split(",") if o]
+
+
 def setup(dataset: str, variants: Sequence[str], n: int, overrides: Sequence[str]) -> Setup:
-    """Compose every variant's config on ``dataset`` (the snapshot's sample, then ``overrides``), build and bind
-    its method to the one shared generator, and load the first ``n`` questions."""
+    """Compose every variant's config on ``dataset`` (the snapshot's sample, then ``overrides``, then the variant's
+    own), build and bind its method to the one shared generator, and load the first ``n`` questions."""
     methods: dict[str, Compressor] = {}
     cfg = None
     for v in variants:
-        cfg = compose_config(overrides=[f"method={v}", f"dataset={dataset}", *SAMPLE, *overrides])
+        method, own = variant_overrides(v)
+        cfg = compose_config(overrides=[f"method={method}", f"dataset={dataset}", *SAMPLE, *overrides, *own])
         speculative.configure(cfg.models.get("speculative"))
         generator, _ = get_generator(cfg.generator)
         m = build_method(cfg.method)
@@ -266,7 +290,10 @@ def records_path(out: Path) -> Path:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tools.latency_pass", description=__doc__.splitlines()[0])
-    ap.add_argument("--variants", help="comma-separated (default: every variant published under --runs)")
+    ap.add_argument(
+        "--variants",
+        help="comma-separated, each a method or method[override,...] (default: every variant published under --runs)",
+    )
     ap.add_argument("--datasets", default=",".join(DATASETS))
     ap.add_argument("--n", type=int, default=20, help="questions per dataset (default 20)")
     ap.add_argument("--repeats", type=int, default=2, help="passes over the whole sample (default 2, at least 2)")
@@ -276,7 +303,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("overrides", nargs="*", help="Hydra overrides for every variant (e.g. generator.threads=2)")
     a = ap.parse_args(argv)
     if a.variants:
-        variants = a.variants.split(",")
+        variants = split_variants(a.variants)
     else:
         cfg = compose_config(overrides=[*SAMPLE, *a.overrides])
         variants, block = published_variants(a.runs, str(cfg.profile.name), str(cfg.generator.name))
