@@ -4,6 +4,7 @@ table. Nothing here loads a model."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -58,6 +59,8 @@ def test_publish_puts_each_compressor_at_both_backbones_and_tests_the_seeds_orde
     write_run(res, "compselect", "nq", right(36), tokens=(100, 8), backbone=QWEN, overrides="backbone=qwen05b")
     write_run(res, "edc2", "nq", right(24), tokens=(100, 100), backbone=SMOL)  # repeats full: shown as its alias
     write_run(res, "edc2", "nq", right(8), tokens=(100, 20), backbone=QWEN, overrides="backbone=qwen05b")
+    timed = {"full": 1.0e-4, "compselect": 0.5, "compselect[backbone=qwen05b]": 2.0}  # compselect's, one machine
+    latency_pass(res / "latency" / "latency-pass-x.jsonl", timed)
     files = publish(res, tmp_path / "out", resamples=300, min_n=10)
     out = tmp_path / "out"
     assert out / "backbone_embedded_gen-a.csv" in files
@@ -73,10 +76,27 @@ def test_publish_puts_each_compressor_at_both_backbones_and_tests_the_seeds_orde
     assert "`compselect`'s claimed ordering holds at 135M and holds at 0.5B" in section
     assert "`edc2`'s claimed ordering not shown at 135M and fails at 0.5B" in section
     assert "| `edc2` | 0.5B | 20.0 [" in section and "fails (below full)" in section
+    assert "| `compselect` | 0.5B | 90.0 [80.0, 97.5] | 12.5x | 2.00 (4.0x) |" in section  # timed in one pass
+    assert t.loc[("compselect", "0.5B"), "timed_in"] == "one pass, Some CPU, AVX2 only"
+    assert t.loc[("edc2", "0.5B"), "timed_in"].startswith("accuracy pass")  # no pass timed it: no ratio
     table2 = pd.read_csv(out / "table2_embedded_gen-a.csv")
     assert "compselect" in set(table2.variant)
     assert not any("backbone=" in v for v in table2.variant)  # the switched rows stay out of Table 2
     assert "compselect[backbone=qwen05b]" in set(pd.read_csv(out / "runs.csv").variant)
+
+
+def latency_pass(path: Path, compress_s: dict[str, float]) -> None:
+    """A latency-pass file (``tools.latency_pass``'s rows) timing ``compress_s``'s variants on NQ under gen-a."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for v, c in compress_s.items():
+        row = {"pass_id": "p1", "cpu": "Some CPU, AVX2 only", "repeats": 2, "warmup": 2, "threads": 2, "n": 20}
+        row |= {"profile": "embedded", "generator": "gen-a", "dataset": "nq", "variant": v, "baseline": "full"}
+        row |= {"compress_s": c, "online_s": 1.0, "total_s": 1.0 + c, "compress_s_repeats": [c, c]}
+        row |= {"online_s_spread": 0.0, "total_s_spread": 0.0}
+        row |= {"online_s_repeats": [1.0, 1.0], "total_s_repeats": [1.0 + c, 1.0 + c], "lms": []}
+        rows.append(row | {"finished_at": "2026-12-07T20:00:00+0000"})
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
 def test_no_switched_row_leaves_the_section_empty(tmp_path: Path):

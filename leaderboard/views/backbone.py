@@ -5,8 +5,10 @@ language models switched, the generator not), so its variant names the switch: `
 ``recomp_abs[backbone=qwen05b]``. Only this view reads the switched rows (``VIEW.owns``). Per reader (the headline
 block first, then every other reader of the profile that read switched rows: ``readers.reader_blocks``) and dataset,
 on the questions every compared row of that reader answered (paired by example id):
-- each compressor at each backbone: SubEM with its 95% interval, CR, and its compress seconds a question (the
-  accuracy pass, ``batched_compress_s``, with the machine: compare them within one machine only);
+- each compressor at each backbone: SubEM with its 95% interval, CR, and its compress seconds a question: from a
+  latency pass that timed both backbones on one machine (``tools.latency_pass --variants
+  recomp_abs,recomp_abs[backbone=qwen05b]``), with the switched row's ratio to the own row, else the accuracy
+  pass's (``batched_compress_s``: runs of different machines, never put in a ratio);
 - its paired difference (bootstrap) from ``full``, ``bm25`` and the BGE stand-in, and the switched row's from the
   same method on the profile's own backbone;
 - per seed method (``data/claims.yaml``: the rows its paper reports it above), whether that ordering holds at each
@@ -79,6 +81,23 @@ def _records(row: pd.Series) -> pd.DataFrame:
     return pd.DataFrame(read_records(row.folder, None if pd.isna(row.n) else int(row.n)))
 
 
+def pass_seconds(passes: pd.DataFrame, profile: str, reader: str, dataset: str, own: str, switched: str):
+    """(own, switched) compress seconds a question from the newest latency pass that timed both variants on one
+    machine (same ``pass_id``, CPU and threads), with that CPU; None without one."""
+    if passes.empty or "compress_s" not in passes:
+        return None
+    p = passes[(passes.profile == profile) & (passes.generator == reader) & (passes.dataset == dataset)]
+    both = []
+    for key, g in p.groupby(["pass_id", "cpu", "threads"]):
+        v = g.set_index("variant")
+        if own in v.index and switched in v.index:
+            both.append((str(g.finished_at.max()), v.loc[own].compress_s, v.loc[switched].compress_s, key[1]))
+    if not both:
+        return None
+    _, a, b, cpu = max(both)
+    return float(a), float(b), str(cpu)
+
+
 @dataclass
 class Side:
     """One reader and dataset: every compressor at both backbones beside the baselines (``compare``)."""
@@ -104,6 +123,7 @@ def compare(
     dataset: str,
     resamples: int = RESAMPLES,
     seed: int = SEED,
+    passes: pd.DataFrame | None = None,
 ) -> Side | None:
     """The switched rows of ``reader`` on ``dataset`` beside the same methods on the profile's own backbone and the
     baselines (``BASELINES`` and the seeds' claimed rows), on the questions they all share; None without a switched
@@ -130,8 +150,14 @@ def compare(
     switched_label = backbone_label(next(iter(pairs.values()))[1].backbone_lm)
     rows = []
     for m in variant_order(list(pairs)):
-        for side in ("own", "switched"):
-            rows.append(_row(m, side, pairs[m], cut, resamples, seed))
+        timed = pass_seconds(
+            pd.DataFrame() if passes is None else passes, profile, reader, dataset, m, pairs[m][1].variant
+        )
+        for k, side in enumerate(("own", "switched")):
+            row = _row(m, side, pairs[m], cut, resamples, seed)
+            if timed:
+                row |= {"compress_s": timed[k], "timed_in": f"one pass, {timed[2]}"}
+            rows.append(row)
     return Side(dataset, reader, len(ids), pd.DataFrame(rows), own_backbone(full, profile), switched_label)
 
 
@@ -141,7 +167,7 @@ def _row(m: str, side: str, pair: tuple[pd.Series, pd.Series], cut: dict, resamp
     ci = bootstrap_ci(p.subem.to_numpy(), resamples, seed)
     row = {"method": m, "side": side, "variant": run.variant, "n": len(p), "subem": ci.mean, "subem_lo": ci.lo}
     row |= {"subem_hi": ci.hi, "cr": corpus_cr(list(p.original_tokens), list(p.compressed_tokens))[0]}
-    row |= {"compress_s": run.get("batched_compress_s"), "hardware": run.get("hardware")}
+    row |= {"compress_s": run.get("batched_compress_s"), "timed_in": f"accuracy pass, {run.get('hardware')}"}
     for (kind, b), q in cut.items():
         if kind == "":
             row |= {f"{k}_{b}": x for k, x in _diff(p, q, resamples, seed).items()}
@@ -196,16 +222,19 @@ def table_rows(s: Side) -> tuple[list[str], list[list[str]]]:
         f"Δ vs {s.own}",
         "seed's ordering",
     ]
-    rows = []
+    rows, own_s = [], {}
     for r in s.table.to_dict("records"):
         secs = r.get("compress_s")
+        one_pass = str(r.get("timed_in", "")).startswith("one pass")
+        own_s |= {r["method"]: secs} if r["side"] == "own" else {}
+        ratio = secs / own_s[r["method"]] if r["side"] == "switched" and one_pass and own_s.get(r["method"]) else None
         rows.append(
             [
                 f"`{r['method']}`",
                 s.own if r["side"] == "own" else s.other,
                 f"{r['subem']:.1f} [{r['subem_lo']:.1f}, {r['subem_hi']:.1f}]",
                 f"{r['cr']:.1f}x" if r["cr"] else "-",
-                "-" if secs is None or pd.isna(secs) else f"{secs:.2f}",
+                ("-" if secs is None or pd.isna(secs) else f"{secs:.2f}") + (f" ({ratio:.1f}x)" if ratio else ""),
                 *(_delta(r, b) for b in BASELINES),
                 _delta(r, "own") if r["side"] == "switched" else "",
                 _order_cell(r),
@@ -248,6 +277,7 @@ def section(
     profile: str,
     csv: Path,
     resamples: int = RESAMPLES,
+    passes: pd.DataFrame | None = None,
 ) -> tuple[str, str, Path | None]:
     """The view under the readers ``gens`` (the headline's first): Markdown, HTML and ``backbone_<stem>.csv``;
     ``("", "", None)`` without switched rows."""
@@ -258,7 +288,7 @@ def section(
         s
         for g in gens
         for d in datasets(switched[(switched.profile == profile) & (switched.generator == g)])
-        if (s := compare(both, switched, profile, g, d, resamples)) is not None
+        if (s := compare(both, switched, profile, g, d, resamples, passes=passes)) is not None
     ]
     if not sides:
         return "", "", None
@@ -267,7 +297,8 @@ def section(
         f"Each language-model compressor on the profile's own backbone ({sides[0].own}) and with its language models "
         f"switched ({sides[0].other}: `backbone=` in its variant, conf/backbone/), the generator unchanged. Per reader "
         f"and dataset, on the questions every row shown answered: SubEM [95% interval], CR, compress seconds a "
-        f"question in the accuracy pass (compare them within one machine only: the All runs table names it), and "
+        f"question (from a latency pass that timed both backbones on one machine, the switched row's ratio to the "
+        f"own row beside it; else the accuracy pass's, of runs on different machines, never in a ratio), and "
         f"the paired difference from `full`, `bm25`, the BGE stand-in and, for the switched row, the same method on "
         f"{sides[0].own} ({DAGGER}: not significant, paired bootstrap). The seed's ordering (leaderboard/data/"
         f"claims.yaml: the rows its paper reports it above): `{HOLDS}` (significantly above every one), `{NOT_SHOWN}` "
@@ -293,9 +324,8 @@ def render(page: Page, d: Data, b: Block) -> None:
     from leaderboard.views.readers import reader_blocks
 
     gens = reader_blocks(d.full, b.profile, b.gen)
-    page.view(
-        *section(d.full, d.rows_of("backbone"), gens, b.profile, page.out / f"backbone_{b.slug}.csv", d.resamples)
-    )
+    csv = page.out / f"backbone_{b.slug}.csv"
+    page.view(*section(d.full, d.rows_of("backbone"), gens, b.profile, csv, d.resamples, d.passes))
 
 
 # the switched rows run on the shuffled 200 (the issue's n): in Table 2 they would shrink its shared questions
