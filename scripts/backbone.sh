@@ -7,6 +7,8 @@
 #                                  # each dataset, on both backbones (research/backbone/probe.py reads them)
 #   scripts/backbone.sh compress   # the LM compressors on backbone=qwen05b, the shuffled 200, read by SmolLM2
 #   scripts/backbone.sh read05b    # the 0.5B reads every context `compress` made (harness.reuse: no compressor runs)
+#   scripts/backbone.sh time       # compress seconds of both backbones in one pass on one machine (tools.latency_pass,
+#                                  # N=20 questions a dataset), written to the archive's latency folder
 #
 # ROWS=a,b,... those methods only; DATASETS=nq,... those datasets only; DRY_RUN=1 prints each command.
 set -euo pipefail
@@ -37,5 +39,12 @@ case "${1:-}" in
     run "$PY" -m harness -m generator=qwen25_05b_vllm backbone=qwen05b "method=${ROWS:-$LM_ROWS}" "dataset=$DATASETS" \
       limit=200 dataset.sample=shuffled dataset.seed=0 latency.samples=0 results_dir=results-backbone
     ;;
-  *) echo "usage: $0 probe|compress|read05b" >&2; exit 2 ;;
+  time)
+    variants=full
+    IFS=, read -ra methods <<<"${ROWS:-$LM_ROWS}"
+    for m in "${methods[@]}"; do variants+=",$m,$m[backbone=qwen05b]"; done
+    run "$PY" -m tools.latency_pass --variants "$variants" --datasets "$DATASETS" --n "${N:-20}" \
+      --out "leaderboard/runs/latency/latency-pass-backbone-$(date +%Y%m%d).jsonl"
+    ;;
+  *) echo "usage: $0 probe|compress|read05b|time" >&2; exit 2 ;;
 esac

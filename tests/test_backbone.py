@@ -125,3 +125,8 @@ def test_the_backbone_script_switches_every_step_and_reads_with_the_05b():
     assert "generator=qwen25_05b_vllm" in read and not any(a.startswith("generator=") for a in compress)
     methods = next(a for a in compress if a.startswith("method=")).removeprefix("method=").split(",")
     assert set(methods) == {"compselect", "finefilter", *PROMPTED, "edc2_no_escape"}
+    ((*_, timed),) = [c[: c.index("--datasets")] for c in dry("time")]  # one latency pass: both backbones
+    from tools.latency_pass import split_variants
+
+    assert split_variants(timed)[:3] == ["full", "compselect", "compselect[backbone=qwen05b]"]
+    assert set(split_variants(timed)) == {"full", *methods, *(f"{m}[backbone=qwen05b]" for m in methods)}
