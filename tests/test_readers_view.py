@@ -264,3 +264,14 @@ def test_a_reader_that_has_not_read_a_dataset_leaves_the_others_comparison_of_it
     _, rows = readers.figure1(cs)
     assert rows[2][0] == "reader 3" and rows[2][-3:] == ["-", "-", "-"] and "-" not in rows[2][1:4]
     assert set(readers.frame(cs, {}).query("dataset == 'triviaqa'").reader) == {1, 2}
+
+
+def test_a_reader_part_way_through_its_pass_waits_instead_of_cutting_the_comparison():
+    """A reader that has read 2 of a dataset's 4 Table 2 rows joins (half: ``COVER``); one that has read 1 waits, named
+    with how far it is, so that the others' comparison keeps every row."""
+    from leaderboard.views.readers import _far_enough
+
+    rows = [("a", v) for v in ("naive", "full", "bm25", "exit")] + [("b", "naive"), ("b", "full"), ("c", "full")]
+    full = pd.DataFrame([{"profile": "p", "dataset": "nq", "generator": g, "variant": v} for g, v in rows])
+    assert _far_enough(full, ["a", "b", "c"], "p", "nq") == (["a", "b"], {"c": "1 of 4 rows"})
+    assert _far_enough(full, ["a"], "p", "triviaqa") == (["a"], {})  # nothing read there: nobody left out

@@ -38,6 +38,7 @@ from leaderboard.tables import DAGGER, datasets, fmt, label, markdown
 HOLDS, SIGN_ONLY, DIFFERS, REVERSES = "holds", "holds in sign only", "signs differ", "reverses"
 ORACLE = "oracle_sentences"  # CompSelect's Figure 1 sets full against the oracle clues
 TOP1 = "top1"  # ... and the retriever's Top-1 document
+COVER = 0.5  # a reader joins a dataset's comparison once it has read this share of the rows the most-read one has
 
 
 def reader_model(rows: pd.DataFrame) -> str | None:
@@ -116,6 +117,7 @@ class Readers:
     marks: dict[str, str]  # per variant other than full: verdict across readers
     scores: dict[str, np.ndarray] = field(default_factory=dict)  # per reader: (ranked rows, questions) 0/1 SubEM
     names: dict[str, str] = field(default_factory=dict)  # every compared reader (all datasets) -> "reader k"
+    waiting: dict[str, str] = field(default_factory=dict)  # readers left out here, part-way: how far (``_far_enough``)
 
     def name(self, gen: str) -> str:
         return (self.names or _names(self.gens))[gen]
@@ -188,11 +190,36 @@ def compare_all(
     out = []
     for d in datasets(full[(full.profile == profile) & (full.generator == gens[0])]):
         here = [g for g in gens if ((rows.generator == g) & (rows.dataset == d)).any()]
+        here, waiting = _far_enough(full, here, profile, d)
         c = compare(full, here, profile, d, baseline, resamples, seed) if len(here) > 1 else None
         if c is not None:
             c.names = reader_names(full, profile, gens)
+            c.waiting = waiting
             out.append(c)
     return out
+
+
+def _far_enough(full: pd.DataFrame, gens: list[str], profile: str, dataset: str) -> tuple[list[str], dict[str, str]]:
+    """The readers of ``dataset`` that have read at least ``COVER`` of the Table 2 rows the most-read one has (a
+    reader part-way through its pass would cut every comparison down to the few rows it has read), and, for each
+    left out, how far it is (``"2 of 14 rows"``)."""
+    t2 = full[(full.profile == profile) & (full.dataset == dataset) & full.variant.isin(table2_variants())]
+    count = {g: t2[t2.generator == g].variant.nunique() for g in gens}
+    most = max(count.values(), default=0)
+    kept = [g for g in gens if count[g] >= COVER * most]
+    return kept, {g: f"{count[g]} of {most} rows" for g in gens if g not in kept}
+
+
+def _waiting(c: Readers, name=None) -> str:
+    """The note on the readers left out of ``c`` part-way through their pass."""
+    if not c.waiting:
+        return ""
+    name = name or c.name
+    return (
+        " Not compared here yet (part-way through its pass): "
+        + ", ".join(f"{name(g)} ({far})" for g, far in c.waiting.items())
+        + "."
+    )
 
 
 def _names(gens: list[str]) -> dict[str, str]:
@@ -401,6 +428,7 @@ def section(
     parts = [(f"{key}\n", html.note(key))]
     for c in cs:
         left = f" Left out (not run under every reader): {', '.join(c.left)}." if c.left else ""
+        left += _waiting(c)
         parts.append(_both(f"{label(c.dataset)} (n = {c.n})", "", *side_by_side(c, baseline), _tau_text(c) + left))
     cols, rows = figure1(cs, baseline)
     if rows:

@@ -36,6 +36,7 @@ from leaderboard.views.readers import (
     Tau,
     _both,
     _join,
+    _waiting,
     compare_all,
     reader_blocks,
     reader_model,
@@ -273,6 +274,7 @@ def section(
     parts.append((f"![readers by size]({png.name})\n", html.figure(profile, gen, png)))
     for c, f in zip(cs, fs, strict=True):
         left = f"Left out (not run under every reader): {', '.join(c.left)}." if c.left else ""
+        left += _waiting(c, lambda g: short(size[g]))
         parts.append(_both(f"By size: {label(c.dataset)} (n = {c.n})", "", *table(c, size, f), left))
     cols, rows = tau_table(cs, size, resamples)
     text = "Kendall's τ-b between two readers' rankings of the non-oracle rows by SubEM; bootstrap over questions."
