@@ -27,7 +27,7 @@ import pandas as pd
 from harness.metrics import corpus_cr
 from harness.stats import RESAMPLES, SEED, bootstrap_ci, paired_bootstrap
 from leaderboard import html
-from leaderboard.collect import read_records
+from leaderboard.collect import read_predictions
 from leaderboard.page import Block, Data, Page, View
 from leaderboard.reference import claims, reader_sizes, variant_order
 from leaderboard.tables import DAGGER, datasets, label, markdown
@@ -78,7 +78,7 @@ def _find(rows: pd.DataFrame, variant: str) -> pd.Series | None:
 
 
 def _records(row: pd.Series) -> pd.DataFrame:
-    return pd.DataFrame(read_records(row.folder, None if pd.isna(row.n) else int(row.n)))
+    return read_predictions(row.folder, None if pd.isna(row.n) else int(row.n))
 
 
 def pass_seconds(passes: pd.DataFrame, profile: str, reader: str, dataset: str, own: str, switched: str):
